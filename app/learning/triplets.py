@@ -1,0 +1,77 @@
+"""Triplet format, validation and synthetic oracles.
+
+A triplet is a row ``(anchor, near, far)`` of an integer array of shape
+``(n_triplets, 3)`` meaning d(anchor, near) < d(anchor, far): "the anchor is
+closer to near than to far". Objects are the indices ``0 .. n_objects - 1``.
+Every estimator of :mod:`app.learning` converts its input with
+:func:`check_triplets`, the one checker of this format.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+__all__ = ["check_triplets"]
+
+
+def check_triplets(triplets: ArrayLike, n_objects: int | None = None) -> np.ndarray:
+    """Validate triplets and return them as a C-contiguous ``intp`` array.
+
+    Parameters
+    ----------
+    triplets : array-like of shape (n_triplets, 3)
+        Rows ``(anchor, near, far)`` of object indices.
+    n_objects : int, default=None
+        Number of objects; when given, every index must be below it.
+
+    Returns
+    -------
+    triplets : ndarray of shape (n_triplets, 3), dtype intp
+
+    Raises
+    ------
+    ValueError
+        For a wrong shape, non-integer values, negative or out-of-range
+        indices, or an index repeated within a row.
+    """
+    try:
+        array = np.asarray(triplets)
+    except ValueError as error:
+        raise ValueError(
+            "triplets must be a rectangular array of integers, got a ragged sequence"
+        ) from error
+    if array.dtype == object:
+        raise ValueError("triplets must be a rectangular array of integers, got a ragged sequence")
+    if array.ndim != 2 or array.shape[1] != 3:
+        if array.size == 0 and array.ndim <= 2:
+            return np.empty((0, 3), dtype=np.intp)
+        raise ValueError(f"triplets must have shape (n_triplets, 3), got shape {array.shape}")
+    if array.dtype.kind == "b" or array.dtype.kind not in "iuf":
+        raise ValueError(f"triplets must hold integer object indices, got dtype {array.dtype}")
+    if array.dtype.kind == "f":
+        if not np.all(np.isfinite(array)) or np.any(array != np.round(array)):
+            raise ValueError("triplets must hold integer object indices, got non-integer values")
+    array = np.ascontiguousarray(array, dtype=np.intp)
+    if array.size and array.min() < 0:
+        row = int(np.argmax((array < 0).any(axis=1)))
+        raise ValueError(f"triplets hold a negative index in row {row}: {array[row].tolist()}")
+    if n_objects is not None:
+        if n_objects < 0:
+            raise ValueError(f"n_objects must be non-negative, got {n_objects}")
+        if array.size and array.max() >= n_objects:
+            row = int(np.argmax((array >= n_objects).any(axis=1)))
+            raise ValueError(
+                f"triplets hold an index out of range for {n_objects} objects in row {row}: "
+                f"{array[row].tolist()}"
+            )
+    repeated = (
+        (array[:, 0] == array[:, 1]) | (array[:, 0] == array[:, 2]) | (array[:, 1] == array[:, 2])
+    )
+    if repeated.any():
+        row = int(np.argmax(repeated))
+        raise ValueError(
+            f"triplets repeat an object within row {row}: {array[row].tolist()}; "
+            "anchor, near and far must be three distinct objects"
+        )
+    return array
