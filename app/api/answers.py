@@ -1,0 +1,78 @@
+"""Researcher routes for the answer log: import comparisons, export every answer."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request, Response, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+
+from app.api.deps import OwnedProject, SessionDep
+from app.api.uploads import read_upload
+from app.schemas.answers import AnswersImport, AnswersImported
+from app.services import answers as service
+
+router = APIRouter(prefix="/api/projects/{slug}/answers", tags=["answers"])
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=AnswersImported,
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                "application/json": {"schema": AnswersImport.model_json_schema()},
+                "text/csv": {"schema": {"type": "string"}},
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "properties": {"file": {"type": "string", "format": "binary"}},
+                    }
+                },
+            },
+            "description": "Triplets [a, b, c] (a closer to b than to c) and pairs "
+            "[a, b, outcome] as JSON, or a CSV with columns kind, a, b, c, outcome.",
+        }
+    },
+)
+async def import_answers(
+    project: OwnedProject, db: SessionDep, request: Request
+) -> AnswersImported:
+    """Import comparisons collected elsewhere (source ``import``), all or nothing."""
+    upload = await read_upload(request, AnswersImport)
+    if upload.json is not None:
+        triplets, pairs = upload.json.triplets, upload.json.pairs
+    else:
+        triplets, pairs = service.parse_answers_csv(upload.content)
+    n_triplets, n_pairs = await run_in_threadpool(
+        service.import_answers, db, project, triplets, pairs
+    )
+    return AnswersImported(triplets=n_triplets, pairs=n_pairs)
+
+
+@router.get("", response_class=StreamingResponse)
+def export_answers(
+    project: OwnedProject,
+    db: SessionDep,
+    format: Annotated[Literal["json", "csv"], Query()] = "json",
+) -> StreamingResponse:
+    """Every answer with object indices and names, streamed (JSON array or CSV)."""
+    if format == "csv":
+        return StreamingResponse(
+            service.stream_csv(db, project),
+            media_type="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="{project.slug}-answers.csv"'},
+        )
+    return StreamingResponse(service.stream_json(db, project), media_type="application/json")
+
+
+@router.get("/triplets.npy", response_class=Response)
+def export_triplets_npy(project: OwnedProject, db: SessionDep) -> Response:
+    """The triplets as an int64 array (m, 3) of rows (a, b, c): a is closer to b than to c."""
+    return Response(
+        service.npy_bytes(service.triplets_array(db, project)),
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": f'attachment; filename="{project.slug}-triplets.npy"'},
+    )

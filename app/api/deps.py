@@ -1,0 +1,54 @@
+"""What routes declare they need: a database session, the caller's key, the project."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Header, Path
+from sqlalchemy.orm import Session
+
+from app.config import Settings, get_settings
+from app.db.models import ApiKey, Project
+from app.db.session import get_engine, session_factory
+from app.errors import Forbidden
+from app.services.auth import authenticate
+from app.services.projects import get_project
+
+
+def get_db() -> Iterator[Session]:
+    """A session for one request; services commit what must be kept before returning."""
+    engine = get_engine(get_settings().database_url)
+    with session_factory(engine)() as session:
+        yield session
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+SessionDep = Annotated[Session, Depends(get_db)]
+
+
+def get_current_key(
+    db: SessionDep, authorization: Annotated[str | None, Header()] = None
+) -> ApiKey:
+    return authenticate(db, authorization)
+
+
+CurrentKey = Annotated[ApiKey, Depends(get_current_key)]
+
+
+def get_admin_key(key: CurrentKey) -> ApiKey:
+    if key.role != "admin":
+        raise Forbidden("this route needs an admin key")
+    return key
+
+
+AdminKey = Annotated[ApiKey, Depends(get_admin_key)]
+
+
+def get_owned_project(
+    db: SessionDep, key: CurrentKey, slug: Annotated[str, Path(max_length=64)]
+) -> Project:
+    return get_project(db, slug, key)
+
+
+OwnedProject = Annotated[Project, Depends(get_owned_project)]

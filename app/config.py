@@ -1,0 +1,58 @@
+"""Settings of the service: one class, read from the environment with the prefix TRIPLETLAB_."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every knob of Triplet Lab; each field is documented in the README (a test checks)."""
+
+    model_config = SettingsConfigDict(env_prefix="TRIPLETLAB_", env_file=".env", extra="ignore")
+
+    database_url: str = Field(
+        default="sqlite:///./data/tripletlab.db",
+        description="SQLAlchemy URL of the database. SQLite (WAL mode, foreign keys on) by "
+        "default; `postgresql+psycopg://user@host:5432/db` in production.",
+    )
+    host: str = Field(default="127.0.0.1", description="Address `tripletlab serve` binds to.")
+    port: int = Field(default=8000, description="Port `tripletlab serve` listens on.")
+    data_dir: Path = Field(
+        default=Path("./data"),
+        description="Directory for uploaded media (object images) and the server's secret.",
+    )
+    public_url: str = Field(
+        default="",
+        description="Base URL workers reach the server at, used in worker links "
+        "(default: the URL of the request).",
+    )
+    max_upload_mb: float = Field(
+        default=50.0, description="Largest request body accepted, in MiB; larger ones get 413."
+    )
+    lease_seconds: int = Field(
+        default=300,
+        description="How long an issued question is reserved for its worker before it may be "
+        "re-issued to someone else.",
+    )
+    job_workers: int = Field(
+        default=1, description="Size of the process pool that runs training jobs."
+    )
+    dask_scheduler: str = Field(
+        default="",
+        description="Address of a Dask distributed scheduler (e.g. `tcp://10.0.0.5:8786`); "
+        "when set, training jobs run on that cluster instead of the local process pool.",
+    )
+    demo: bool = Field(
+        default=True,
+        description="Create the digits demo project on `tripletlab serve` if it does not exist.",
+    )
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The settings of this process, read once."""
+    return Settings()

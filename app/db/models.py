@@ -1,0 +1,248 @@
+"""The tables of Triplet Lab (SQLAlchemy 2 declarative models).
+
+Answers are the log: an append-only table from which everything else can be
+rebuilt. A triplet answer is stored normalised as ``(a, b, c)`` meaning
+"a is closer to b than to c"; a pair answer as ``(a, b)`` with ``outcome``
+−1 (a better), 0 (about the same) or 1 (b better).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    SmallInteger,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# SQLite only auto-increments INTEGER PRIMARY KEY columns, so big ids are plain
+# integers there and BIGINT elsewhere.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on every database (SQLite drops the zone on storage)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_result_value(self, value: datetime | None, dialect: object) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), default="")
+    role: Mapped[str] = mapped_column(String(20))  # admin | researcher
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(12))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class Project(Base):
+    __tablename__ = "projects"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    slug: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(200))
+    instructions: Mapped[str] = mapped_column(Text, default="")
+    consent: Mapped[str] = mapped_column(Text, default="")
+    question: Mapped[str] = mapped_column(
+        Text, default="Which of these two is more similar to the top one?"
+    )
+    pair_question: Mapped[str] = mapped_column(
+        Text, default="Which of these two is better, or are they about the same?"
+    )
+    owner_id: Mapped[int | None] = mapped_column(
+        ForeignKey("api_keys.id", ondelete="SET NULL"), index=True
+    )
+    feature_dim: Mapped[int | None] = mapped_column(Integer)
+    n_objects: Mapped[int] = mapped_column(Integer, default=0)
+    plan: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    retrain: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
+
+
+class Object(Base):
+    __tablename__ = "objects"
+    __table_args__ = (UniqueConstraint("project_id", "index"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(500))
+    text: Mapped[str | None] = mapped_column(Text)
+    image_url: Mapped[str | None] = mapped_column(String(2000))
+    features: Mapped[list[Any] | None] = mapped_column(JSON)
+    label: Mapped[str | None] = mapped_column(String(200))
+    target: Mapped[float | None] = mapped_column(Float)
+
+
+class Participant(Base):
+    __tablename__ = "participants"
+    __table_args__ = (UniqueConstraint("project_id", "platform", "external_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    platform: Mapped[str] = mapped_column(String(20))  # prolific | mturk | link | anonymous
+    external_id: Mapped[str] = mapped_column(String(200))
+    platform_params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    flagged: Mapped[bool] = mapped_column(Boolean, default=False)
+    flag_reason: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class WorkSession(Base):
+    """One sitting of a participant: a token, a quota of questions, a completion code."""
+
+    __tablename__ = "sessions"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), index=True
+    )
+    participant_id: Mapped[int] = mapped_column(
+        ForeignKey("participants.id", ondelete="CASCADE"), index=True
+    )
+    token_hash: Mapped[str] = mapped_column(String(64))
+    total: Mapped[int] = mapped_column(Integer)
+    answered: Mapped[int] = mapped_column(Integer, default=0)
+    completion_code_hash: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class Query(Base):
+    """One question issued to one session; its token authenticates the answer."""
+
+    __tablename__ = "queries"
+    __table_args__ = (Index("ix_queries_session_open", "session_id", "answered_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), index=True
+    )
+    session_id: Mapped[str | None] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(10))  # triplet | pair
+    # Objects in the order shown: anchor, left, right (triplet) or left, right (pair).
+    o1: Mapped[int] = mapped_column(Integer)
+    o2: Mapped[int] = mapped_column(Integer)
+    o3: Mapped[int | None] = mapped_column(Integer)
+    strategy: Mapped[str] = mapped_column(String(40))
+    strategy_ref: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    gold_choice: Mapped[int | None] = mapped_column(Integer)
+    token: Mapped[str] = mapped_column(String(64), unique=True)
+    issued_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    answered_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class Answer(Base):
+    """An append-only record of one comparison (crowd, import or simulated)."""
+
+    __tablename__ = "answers"
+    __table_args__ = (Index("ix_answers_project_kind", "project_id", "kind", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    query_id: Mapped[int | None] = mapped_column(
+        ForeignKey("queries.id", ondelete="SET NULL"), unique=True
+    )
+    kind: Mapped[str] = mapped_column(String(10))  # triplet | pair
+    a: Mapped[int] = mapped_column(Integer)
+    b: Mapped[int] = mapped_column(Integer)
+    c: Mapped[int | None] = mapped_column(Integer)
+    outcome: Mapped[int | None] = mapped_column(SmallInteger)
+    # Which shown position the worker chose: -1 left, 0 middle ("same"), 1 right.
+    position: Mapped[int | None] = mapped_column(SmallInteger)
+    choice: Mapped[int | None] = mapped_column(Integer)
+    source: Mapped[str] = mapped_column(String(10))  # crowd | import | simulated
+    strategy: Mapped[str | None] = mapped_column(String(40))
+    session_id: Mapped[str | None] = mapped_column(
+        ForeignKey("sessions.id", ondelete="SET NULL"), index=True
+    )
+    participant_id: Mapped[int | None] = mapped_column(
+        ForeignKey("participants.id", ondelete="SET NULL"), index=True
+    )
+    server_ms: Mapped[float | None] = mapped_column(Float)
+    client_ms: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), index=True
+    )
+    kind: Mapped[str] = mapped_column(String(20))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    status: Mapped[str] = mapped_column(String(12), default="queued", index=True)
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    progress_text: Mapped[str] = mapped_column(String(200), default="")
+    error: Mapped[str] = mapped_column(Text, default="")
+    trigger: Mapped[str] = mapped_column(String(12), default="request")  # request | auto | cli
+    model_id: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class Model(Base):
+    __tablename__ = "models"
+    __table_args__ = (UniqueConstraint("project_id", "kind", "version"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), index=True
+    )
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id", ondelete="SET NULL"))
+    kind: Mapped[str] = mapped_column(String(20))
+    version: Mapped[int] = mapped_column(Integer)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    n_answers: Mapped[int] = mapped_column(Integer)
+    first_answer_id: Mapped[int | None] = mapped_column(BigInteger)
+    last_answer_id: Mapped[int | None] = mapped_column(BigInteger)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    training_seconds: Mapped[float] = mapped_column(Float)
+    artifact: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -1,0 +1,84 @@
+"""The service's errors: exceptions that carry their HTTP status, turned into one JSON shape."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+class AppError(Exception):
+    """A request the service refuses; the message says what is wrong."""
+
+    status_code = 400
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class Unauthorized(AppError):
+    status_code = 401
+
+
+class Forbidden(AppError):
+    status_code = 403
+
+
+class NotFound(AppError):
+    status_code = 404
+
+
+class Conflict(AppError):
+    status_code = 409
+
+
+class PayloadTooLarge(AppError):
+    status_code = 413
+
+
+class InvalidInput(AppError):
+    status_code = 422
+
+
+def _describe_validation_error(error: dict) -> str:
+    location = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
+    message = error.get("msg", "invalid value")
+    return f"{location}: {message}" if location else message
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Make every refusal answer ``{"detail": "..."}`` with its status."""
+
+    @app.exception_handler(AppError)
+    async def handle_app_error(request: Request, exc: AppError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def handle_validation_error(
+        request: Request, exc: RequestValidationError
+    ) -> JSONResponse:
+        errors = exc.errors()
+        shown = "; ".join(_describe_validation_error(e) for e in errors[:5])
+        if len(errors) > 5:
+            shown += f"; and {len(errors) - 5} more"
+        return JSONResponse(
+            {"detail": f"invalid request: {shown}", "errors": _jsonable(errors[:20])},
+            status_code=422,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def handle_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(
+            {"detail": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers
+        )
+
+
+def _jsonable(errors: list[dict]) -> list[dict]:
+    """Validation errors without the raw input or exception objects they may carry."""
+    return [
+        {"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": e.get("type", "")}
+        for e in errors
+    ]

@@ -1,0 +1,57 @@
+"""Request and response shapes of projects."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SLUG_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+
+
+class ProjectCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    slug: str = Field(pattern=SLUG_PATTERN, description="Lowercase letters, digits and dashes.")
+    name: str = Field(min_length=1, max_length=200)
+    instructions: str = Field(default="", max_length=20_000)
+    consent: str = Field(default="", max_length=20_000)
+    question: str | None = Field(default=None, min_length=1, max_length=500)
+    pair_question: str | None = Field(default=None, min_length=1, max_length=500)
+
+
+class ProjectUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    instructions: str | None = Field(default=None, max_length=20_000)
+    consent: str | None = Field(default=None, max_length=20_000)
+    question: str | None = Field(default=None, min_length=1, max_length=500)
+    pair_question: str | None = Field(default=None, min_length=1, max_length=500)
+
+
+class ProjectPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    slug: str
+    name: str
+    instructions: str
+    consent: str
+    question: str
+    pair_question: str
+    n_objects: int
+    feature_dim: int | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class ProjectStats(ProjectPublic):
+    n_answers: int
+    n_triplets: int
+    n_pairs: int
+    n_participants: int
+
+
+class ProjectsPublic(BaseModel):
+    data: list[ProjectPublic]
+    count: int

@@ -1,0 +1,171 @@
+"""The answer log: import comparisons, and export every answer (JSON, CSV, NumPy)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+
+import numpy as np
+from sqlalchemy import insert, select
+from sqlalchemy.orm import Session, aliased
+
+from app.db.models import Answer, Object, Participant, Project
+from app.errors import InvalidInput
+from app.learning.triplets import check_triplets
+from app.services.projects import lock_project
+
+EXPORT_COLUMNS = (
+    "id", "kind", "a", "b", "c", "outcome", "a_name", "b_name", "c_name", "source", "strategy",
+    "participant_id", "participant", "flagged", "session_id", "server_ms", "client_ms",
+    "position", "created_at",
+)  # fmt: skip
+_INSERT_CHUNK = 10_000
+
+
+def check_pairs(pairs: np.ndarray, n_objects: int) -> np.ndarray:
+    """Validate rows (a, b, outcome) with outcome in {−1, 0, 1}."""
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 3)
+    if not len(pairs):
+        return pairs
+    objects = pairs[:, :2]
+    bad = (objects < 0) | (objects >= n_objects)
+    if bad.any():
+        row = int(np.argmax(bad.any(axis=1)))
+        raise InvalidInput(
+            f"pairs row {row} {pairs[row].tolist()}: object index out of range for "
+            f"{n_objects} objects"
+        )
+    same = pairs[:, 0] == pairs[:, 1]
+    if same.any():
+        row = int(np.argmax(same))
+        raise InvalidInput(f"pairs row {row} {pairs[row].tolist()} compares an object with itself")
+    bad_outcome = ~np.isin(pairs[:, 2], (-1, 0, 1))
+    if bad_outcome.any():
+        row = int(np.argmax(bad_outcome))
+        raise InvalidInput(
+            f"pairs row {row} {pairs[row].tolist()}: outcome must be −1 (a better), "
+            "0 (about the same) or 1 (b better)"
+        )
+    return pairs
+
+
+def import_answers(
+    db: Session, project: Project, triplets: list[list[int]], pairs: list[list[int]]
+) -> tuple[int, int]:
+    """Store comparisons collected elsewhere, all or nothing; source is ``import``."""
+    if not triplets and not pairs:
+        raise InvalidInput("nothing to import: give 'triplets' and/or 'pairs'")
+    lock_project(db, project)
+    try:
+        triplet_array = check_triplets(np.asarray(triplets).reshape(-1, 3), project.n_objects)
+    except ValueError as error:
+        raise InvalidInput(str(error)) from error
+    pair_array = check_pairs(np.asarray(pairs).reshape(-1, 3), project.n_objects)
+    base = {"project_id": project.id, "source": "import"}
+    rows = [
+        {**base, "kind": "triplet", "a": a, "b": b, "c": c, "outcome": None}
+        for a, b, c in triplet_array.tolist()
+    ] + [
+        {**base, "kind": "pair", "a": a, "b": b, "c": None, "outcome": o}
+        for a, b, o in pair_array.tolist()
+    ]
+    for start in range(0, len(rows), _INSERT_CHUNK):
+        db.execute(insert(Answer), rows[start : start + _INSERT_CHUNK])
+    db.commit()
+    return len(triplet_array), len(pair_array)
+
+
+def parse_answers_csv(content: bytes) -> tuple[list[list[int]], list[list[int]]]:
+    """Triplets and pairs from a CSV with columns kind, a, b, c, outcome (an export's layout):
+    a triplet row leaves outcome empty, a pair row leaves c empty."""
+    try:
+        text = content.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise InvalidInput("the CSV is not UTF-8 text") from error
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in ("kind", "a", "b", "c", "outcome") if c not in (reader.fieldnames or [])]
+    if missing:
+        raise InvalidInput(f"the CSV lacks the columns {missing}; it needs kind, a, b, c, outcome")
+    triplets: list[list[int]] = []
+    pairs: list[list[int]] = []
+    for line, row in enumerate(reader, start=2):
+        try:
+            if row["kind"] == "triplet":
+                triplets.append([int(row["a"]), int(row["b"]), int(row["c"])])
+            elif row["kind"] == "pair":
+                pairs.append([int(row["a"]), int(row["b"]), int(row["outcome"])])
+            else:
+                raise ValueError(f"kind must be 'triplet' or 'pair', got {row['kind']!r}")
+        except (TypeError, ValueError) as error:
+            raise InvalidInput(f"CSV line {line}: {error}") from error
+    return triplets, pairs
+
+
+def _export_statement(project: Project):  # type: ignore[no-untyped-def]
+    names = [aliased(Object) for _ in range(3)]
+    statement = select(
+        Answer.id, Answer.kind, Answer.a, Answer.b, Answer.c, Answer.outcome,
+        names[0].name, names[1].name, names[2].name, Answer.source, Answer.strategy,
+        Answer.participant_id, Participant.external_id, Participant.flagged, Answer.session_id,
+        Answer.server_ms, Answer.client_ms, Answer.position, Answer.created_at,
+    ).where(Answer.project_id == project.id)  # fmt: skip
+    for alias, column in zip(names, (Answer.a, Answer.b, Answer.c), strict=True):
+        statement = statement.outerjoin(
+            alias, (alias.project_id == Answer.project_id) & (alias.index == column)
+        )
+    statement = statement.outerjoin(Participant, Participant.id == Answer.participant_id)
+    return statement.order_by(Answer.id).execution_options(stream_results=True, yield_per=5000)
+
+
+def iter_answer_rows(db: Session, project: Project) -> Iterator[dict]:
+    for row in db.execute(_export_statement(project)):
+        record = dict(zip(EXPORT_COLUMNS, row, strict=True))
+        record["created_at"] = record["created_at"].isoformat()
+        record["flagged"] = bool(record["flagged"]) if record["participant_id"] else False
+        yield record
+
+
+def stream_json(db: Session, project: Project) -> Iterator[bytes]:
+    """A JSON array of every answer, produced a chunk at a time."""
+    yield b"["
+    buffer: list[str] = []
+    first = True
+    for record in iter_answer_rows(db, project):
+        buffer.append(("" if first else ",") + json.dumps(record))
+        first = False
+        if len(buffer) >= 1000:
+            yield "".join(buffer).encode()
+            buffer.clear()
+    yield ("".join(buffer) + "]").encode()
+
+
+def stream_csv(db: Session, project: Project) -> Iterator[bytes]:
+    """A CSV of every answer (header first), produced a chunk at a time."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=EXPORT_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for count, record in enumerate(iter_answer_rows(db, project), start=1):
+        writer.writerow(record)
+        if count % 2000 == 0:
+            yield out.getvalue().encode()
+            out.seek(0)
+            out.truncate()
+    yield out.getvalue().encode()
+
+
+def triplets_array(db: Session, project: Project) -> np.ndarray:
+    """Every triplet answer as an int array (m, 3) of rows (a, b, c), in answer order."""
+    rows = db.execute(
+        select(Answer.a, Answer.b, Answer.c)
+        .where(Answer.project_id == project.id, Answer.kind == "triplet")
+        .order_by(Answer.id)
+    ).all()
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 3)
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()

@@ -1,0 +1,104 @@
+"""Projects: create, find (with ownership), update and delete."""
+
+from __future__ import annotations
+
+import shutil
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from app.config import get_settings
+from app.db.models import Answer, ApiKey, Participant, Project
+from app.db.session import begin_write
+from app.errors import Conflict, NotFound
+from app.schemas.projects import ProjectCreate, ProjectStats, ProjectUpdate
+
+
+def get_project(
+    db: Session, slug: str, key: ApiKey | None = None, *, lock: bool = False
+) -> Project:
+    """The project ``slug`` as seen by ``key``; a researcher's others' projects do not exist."""
+    statement = select(Project).where(Project.slug == slug)
+    if lock:
+        statement = statement.with_for_update()
+    project = db.scalar(statement)
+    if project is None or (key is not None and key.role != "admin" and project.owner_id != key.id):
+        raise NotFound(f"no project with slug {slug!r}")
+    return project
+
+
+def lock_project(db: Session, project: Project) -> Project:
+    """Start a writing transaction holding ``project``'s row, refreshed, until commit."""
+    begin_write(db)
+    db.refresh(project, with_for_update=True)
+    return project
+
+
+def list_projects(db: Session, key: ApiKey) -> list[Project]:
+    statement = select(Project).order_by(Project.id)
+    if key.role != "admin":
+        statement = statement.where(Project.owner_id == key.id)
+    return list(db.scalars(statement))
+
+
+def create_project(db: Session, data: ProjectCreate, owner: ApiKey | None) -> Project:
+    if db.scalar(select(Project.id).where(Project.slug == data.slug)) is not None:
+        raise Conflict(f"the slug {data.slug!r} is taken")
+    values = data.model_dump(exclude_none=True)
+    project = Project(**values, owner_id=owner.id if owner else None)
+    db.add(project)
+    db.commit()
+    return project
+
+
+def update_project(db: Session, project: Project, data: ProjectUpdate) -> Project:
+    for field, value in data.model_dump(exclude_unset=True).items():
+        if value is not None:
+            setattr(project, field, value)
+    db.commit()
+    return project
+
+
+def count_answers(db: Session, project: Project) -> dict[str, int]:
+    rows = db.execute(
+        select(Answer.kind, func.count())
+        .where(Answer.project_id == project.id)
+        .group_by(Answer.kind)
+    ).all()
+    counts = {kind: n for kind, n in rows}
+    return {"triplet": counts.get("triplet", 0), "pair": counts.get("pair", 0)}
+
+
+def project_stats(db: Session, project: Project) -> ProjectStats:
+    counts = count_answers(db, project)
+    n_participants = db.scalar(
+        select(func.count()).select_from(Participant).where(Participant.project_id == project.id)
+    )
+    return ProjectStats.model_validate(
+        {
+            **{k: getattr(project, k) for k in ProjectStats.model_fields if hasattr(project, k)},
+            "n_answers": counts["triplet"] + counts["pair"],
+            "n_triplets": counts["triplet"],
+            "n_pairs": counts["pair"],
+            "n_participants": n_participants or 0,
+        }
+    )
+
+
+def delete_project(db: Session, project: Project, *, force: bool) -> None:
+    """Delete a project and everything in it; refuse while it holds answers unless forced."""
+    counts = count_answers(db, project)
+    n_answers = counts["triplet"] + counts["pair"]
+    if n_answers and not force:
+        raise Conflict(
+            f"project {project.slug!r} holds {n_answers} answers; export them first, "
+            "then delete with ?force=true"
+        )
+    slug = project.slug
+    # Answers first: they are the big table, and deleting them in bulk avoids
+    # relying on the ORM to cascade millions of rows.
+    db.execute(delete(Answer).where(Answer.project_id == project.id))
+    db.delete(project)
+    db.commit()
+    media = get_settings().data_dir / "media" / slug
+    shutil.rmtree(media, ignore_errors=True)
