@@ -1,0 +1,652 @@
+"""Comparison trees built and traversed as deterministic state machines.
+
+A comparison tree (Algorithm 1 of Haghiri, Garreau & von Luxburg (2018)) splits
+a node by two pivots ``p1, p2`` drawn from its objects and asks, for every other
+object ``x`` of the node, the triplet question "is x closer to p1 or to p2?".
+Objects closer to ``p1`` go to the left child, the others to the right child.
+
+:class:`ComparisonTreeBuilder` holds one tree under construction: it says which
+questions it is waiting for (:meth:`~ComparisonTreeBuilder.pending_queries`),
+takes answers one at a time or in batches (:meth:`~ComparisonTreeBuilder.record`,
+:meth:`~ComparisonTreeBuilder.record_batch`) and splits a node as soon as all of
+its questions are decided. :class:`ComparisonTreeRouter` routes new objects down
+a built tree the same way. Both round-trip their full state through
+JSON-compatible dicts, so the same code serves an offline oracle (batches, see
+:func:`drive`) and crowd workers answering over days.
+
+Randomness is counter based: the pivots of a node are a hash of the tree's
+``seed`` and the node's path from the root (splitmix64), not a draw from a
+stateful generator. This is the ``default_rng([seed, step])`` idea taken one
+step further: the tree depends only on the seed and the answers, never on the
+order in which answers arrive, so a replay, a resumed build and an offline
+batch build with the same answers give the identical tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+__all__ = ["ComparisonTreeBuilder", "ComparisonTreeRouter", "drive"]
+
+Oracle = Callable[[np.ndarray, np.ndarray, np.ndarray], ArrayLike]
+
+OPEN, SPLIT, LEAF = 0, 1, 2
+_FORMAT = 1
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(z: np.ndarray) -> np.ndarray:
+    """Vectorised splitmix64 finaliser on a uint64 array (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def _uniform(keys: np.ndarray, stream: int) -> np.ndarray:
+    """A uniform draw in [0, 1) per node key, independent per ``stream``."""
+    bits = _splitmix64(keys ^ np.uint64(stream * 0xD1B54A32D192ED03 & _MASK64))
+    return (bits >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def _child_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    with np.errstate(over="ignore"):
+        doubled = keys * np.uint64(2)
+    return _splitmix64(doubled), _splitmix64(doubled + np.uint64(1))
+
+
+def _segment_positions(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate ``range(s, e)`` over segments; also return each entry's segment number."""
+    lengths = (ends - starts).astype(np.intp)
+    seg = np.repeat(np.arange(len(starts), dtype=np.intp), lengths)
+    offsets = np.cumsum(lengths) - lengths
+    pos = np.arange(lengths.sum(), dtype=np.intp) - offsets[seg] + starts[seg]
+    return pos, seg
+
+
+def _check_answers(answers: ArrayLike, m: int, what: str = "answers") -> np.ndarray:
+    arr = np.asarray(answers)
+    if arr.shape != (m,):
+        raise ValueError(f"{what} must have shape ({m},), got shape {arr.shape}")
+    if arr.dtype.kind == "b":
+        return arr
+    if arr.dtype.kind in "iuf" and np.all((arr == 0) | (arr == 1)):
+        return arr.astype(bool)
+    raise ValueError(f"{what} must be booleans (True where closer to p1), got dtype {arr.dtype}")
+
+
+def _check_queries(queries: ArrayLike) -> np.ndarray:
+    arr = np.asarray(queries)
+    if arr.ndim != 2 or arr.shape[1] != 3:
+        raise ValueError(f"queries must have shape (n_queries, 3), got shape {arr.shape}")
+    if arr.size and (arr.dtype.kind not in "iu" or arr.min() < 0):
+        raise ValueError("queries must hold non-negative integer object indices")
+    return arr.astype(np.intp, copy=False)
+
+
+def _check_int(value: Any, name: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+class _VoteMachine:
+    """Shared vote bookkeeping: per slot, answers asked and answers "closer to p1"."""
+
+    redundancy: int
+    n_queries_: int
+    n_asks_: int
+    _asked: np.ndarray
+    _p1: np.ndarray
+
+    def _decided(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        asked, p1 = self._asked[slots], self._p1[slots]
+        decided = (asked >= self.redundancy) & (2 * p1 != asked)
+        return decided, 2 * p1 > asked
+
+    def _add_votes(self, slots: np.ndarray, answers: np.ndarray, unique: bool = False) -> None:
+        if unique:  # each slot once: plain fancy indexing
+            self.n_queries_ += int(np.count_nonzero(self._asked[slots] == 0))
+            self.n_asks_ += len(slots)
+            self._asked[slots] += 1
+            self._p1[slots] += answers
+            return
+        size = len(self._asked)
+        new = np.bincount(slots, minlength=size)
+        yes = np.bincount(slots, weights=answers, minlength=size).astype(np.int64)
+        self.n_queries_ += int(np.count_nonzero((self._asked == 0) & (new > 0)))
+        self.n_asks_ += len(slots)
+        self._asked += new
+        self._p1 += yes
+
+
+class ComparisonTreeBuilder(_VoteMachine):
+    """One comparison tree under construction, as a state machine (Algorithm 1 of [1]_).
+
+    Parameters
+    ----------
+    objects : array-like of int, shape (n,)
+        Distinct object indices the tree is built on (the set S of Algorithm 1).
+    labels : array-like of int, shape (n,), default=None
+        Class codes of ``objects`` (aligned with them). Needed for ``supervised``
+        pivots and for ``split_pure=False``.
+    leaf_size : int, default=1
+        n0: a node with at most ``leaf_size`` objects is a leaf.
+    supervised : bool, default=True
+        Draw the two pivots with different labels (Alg. 1, line 3); when a node's
+        objects share one label, or without labels, draw them uniformly. The paper
+        does not say how a pair "with different labels" is sampled: we draw the
+        first pivot uniformly from the node and the second uniformly among the
+        node's objects with another label.
+    split_pure : bool, default=True
+        Split nodes whose objects share one label (the paper does); ``False``
+        makes them leaves and saves their questions.
+    redundancy : int, default=1
+        Answers wanted per question; the decision is their majority. Answers that
+        arrive while a node is open all count; a tie asks again.
+    seed : int, default=0
+        Non-negative seed of the counter-based randomness (see module docstring).
+
+    Attributes
+    ----------
+    n_queries_ : int
+        Distinct questions that received at least one answer.
+    n_asks_ : int
+        Answers recorded, repeats included (stale answers excluded).
+
+    Notes
+    -----
+    ============  ==========================================
+    paper [1]_    here
+    ============  ==========================================
+    S             ``objects`` (a node's contiguous slice of ``order``)
+    n0            ``leaf_size``
+    x1, x2        ``pivot1``, ``pivot2`` (left and right pivots)
+    S1            left child: objects closer to ``pivot1``
+    ============  ==========================================
+
+    Algorithm 1 assigns x to S1 when δ(x, x1) ≤ δ(x, x2); an oracle only answers
+    "closer to p1" or not, so an exact tie goes right. The pivots themselves go
+    to their own sides without a question, so every split makes progress.
+
+    References
+    ----------
+    .. [1] Haghiri, Garreau & von Luxburg (2018). Comparison-based random forests. ICML.
+    """
+
+    def __init__(
+        self,
+        objects: ArrayLike,
+        labels: ArrayLike | None = None,
+        *,
+        leaf_size: int = 1,
+        supervised: bool = True,
+        split_pure: bool = True,
+        redundancy: int = 1,
+        seed: int = 0,
+    ) -> None:
+        objects = np.asarray(objects)
+        if objects.ndim != 1 or objects.size == 0:
+            raise ValueError(f"objects must be a non-empty 1-D array, got shape {objects.shape}")
+        if objects.dtype.kind not in "iu" or objects.min() < 0:
+            raise ValueError("objects must be non-negative integer indices")
+        if len(np.unique(objects)) != len(objects):
+            raise ValueError("objects must be distinct")
+        self.leaf_size = _check_int(leaf_size, "leaf_size", 1)
+        self.redundancy = _check_int(redundancy, "redundancy", 1)
+        self.seed = _check_int(seed, "seed", 0) & _MASK64
+        self.supervised = bool(supervised)
+        self.split_pure = bool(split_pure)
+        if labels is None:
+            if not split_pure:
+                raise ValueError("split_pure=False needs labels")
+            self._labels = None
+        else:
+            lab = np.asarray(labels)
+            if lab.shape != objects.shape or lab.dtype.kind not in "iu":
+                raise ValueError(
+                    f"labels must be integer class codes of shape {objects.shape}, "
+                    f"got shape {lab.shape} and dtype {lab.dtype}"
+                )
+            self._labels = lab.astype(np.int64)
+        n = len(objects)
+        self.order = objects.astype(np.int64)
+        self._asked = np.zeros(n, dtype=np.int64)
+        self._p1 = np.zeros(n, dtype=np.int64)
+        self._fixed = np.zeros(n, dtype=np.int8)  # 1: left pivot, 2: right pivot
+        self.start = np.zeros(0, dtype=np.int64)
+        self.end = np.zeros(0, dtype=np.int64)
+        self.child = np.zeros(0, dtype=np.int64)  # left child; the right one is child + 1
+        self.pivot1 = np.zeros(0, dtype=np.int64)
+        self.pivot2 = np.zeros(0, dtype=np.int64)
+        self.state = np.zeros(0, dtype=np.int8)
+        self._key = np.zeros(0, dtype=np.uint64)
+        self.n_queries_ = 0
+        self.n_asks_ = 0
+        root_key = _splitmix64(np.array([self.seed], dtype=np.uint64))
+        self._position_of = np.full(int(self.order.max()) + 1, -1, dtype=np.int64)
+        self._position_of[self.order] = np.arange(n)
+        self._node_of = np.zeros(n, dtype=np.int64)
+        self._add_nodes(np.array([0]), np.array([n]), root_key, np.arange(n), np.zeros(n, np.intp))
+        self._split_trivial(np.array([0]))
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def is_complete(self) -> bool:
+        """True when no node waits for answers."""
+        return not np.any(self.state == OPEN)
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.state)
+
+    def _pending(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Slots (positions in ``order``), queries (m, 3) and asks still wanted."""
+        open_ = np.flatnonzero(self.state == OPEN)
+        pos, seg = _segment_positions(self.start[open_], self.end[open_])
+        decided, _ = self._decided(pos)
+        keep = ~decided & (self._fixed[pos] == 0)
+        pos, nodes = pos[keep], open_[seg[keep]]
+        queries = np.column_stack([self.order[pos], self.pivot1[nodes], self.pivot2[nodes]])
+        counts = np.maximum(self.redundancy - self._asked[pos], 1)
+        return pos, queries, counts
+
+    def pending_queries(self, return_counts: bool = False) -> Any:
+        """Questions (anchor, p1, p2) the tree waits for: "is anchor closer to p1?".
+
+        Parameters
+        ----------
+        return_counts : bool, default=False
+            Also return how many more answers each question needs.
+
+        Returns
+        -------
+        queries : ndarray of shape (m, 3)
+        counts : ndarray of shape (m,), only when ``return_counts``
+        """
+        _, queries, counts = self._pending()
+        return (queries, counts) if return_counts else queries
+
+    # ----------------------------------------------------------------- answers
+    def record(self, anchor: int, p1: int, p2: int, closer_to_p1: bool) -> bool:
+        """Store one answer; split the node if this completes its questions.
+
+        The pivots may come in either order (the answer is flipped to match).
+        Returns False, ignoring the answer, when the question is not one an open
+        node asks (a late answer after the node split); raises ``ValueError``
+        when the anchor is not an object of this tree.
+        """
+        return bool(self.record_batch([[anchor, p1, p2]], [closer_to_p1])[0])
+
+    def record_batch(self, queries: ArrayLike, answers: ArrayLike) -> np.ndarray:
+        """Vectorised :meth:`record`; returns a bool array, True where the answer counted."""
+        q = _check_queries(queries)
+        ans = _check_answers(answers, len(q))
+        a = q[:, 0]
+        inside = a < len(self._position_of)
+        pos = np.full(len(a), -1, dtype=np.int64)
+        pos[inside] = self._position_of[a[inside]]
+        if np.any(pos < 0):
+            raise ValueError(f"anchor {int(a[pos < 0][0])} is not an object of this tree")
+        node = self._node_of[pos]
+        is_open = (self.state[node] == OPEN) & (self._fixed[pos] == 0)
+        straight = (self.pivot1[node] == q[:, 1]) & (self.pivot2[node] == q[:, 2])
+        flipped = (self.pivot1[node] == q[:, 2]) & (self.pivot2[node] == q[:, 1])
+        ok = is_open & (straight | flipped)
+        self._record_slots(pos[ok], ans[ok] == straight[ok])
+        return ok
+
+    def _record_slots(self, pos: np.ndarray, answers: np.ndarray, unique: bool = False) -> None:
+        if len(pos) == 0:
+            return
+        self._add_votes(pos, answers, unique)
+        mark = np.zeros(len(self.state), dtype=bool)
+        mark[self._node_of[pos]] = True
+        touched = np.flatnonzero(mark)
+        seg_pos, seg = _segment_positions(self.start[touched], self.end[touched])
+        decided, left = self._decided(seg_pos)
+        fixed = self._fixed[seg_pos]
+        waiting = ~decided & (fixed == 0)
+        ready = np.bincount(seg, weights=waiting, minlength=len(touched)) == 0
+        if ready.all():
+            self._split(touched, seg_pos, seg, left, fixed)
+        elif ready.any():
+            keep = ready[seg]
+            renumber = np.cumsum(ready) - 1
+            self._split(touched[ready], seg_pos[keep], renumber[seg[keep]], left[keep], fixed[keep])
+
+    # ---------------------------------------------------------------- splitting
+    def _split(
+        self,
+        nodes: np.ndarray,
+        pos: np.ndarray,
+        seg: np.ndarray,
+        left: np.ndarray,
+        fixed: np.ndarray,
+    ) -> None:
+        """Partition ready nodes' slices stably into left then right (Alg. 1, lines 4-7).
+
+        ``pos`` lists the slots of ``nodes`` segment by segment in ascending order
+        (``seg`` numbers the segment), ``left`` is the majority answer "closer to
+        pivot1" and ``fixed`` marks the pivots (1 left, 2 right).
+        """
+        left = np.where(fixed == 0, left, fixed == 1)
+        starts, ends = self.start[nodes], self.end[nodes]
+        sizes = ends - starts
+        n_left = np.bincount(seg, weights=left, minlength=len(nodes)).astype(np.int64)
+        cum_left = np.cumsum(left) - left
+        rank_left = cum_left - cum_left[(np.cumsum(sizes) - sizes)][seg]
+        seg_start = starts[seg]
+        new_pos = np.where(
+            left, seg_start + rank_left, seg_start + n_left[seg] + (pos - seg_start - rank_left)
+        )
+        moved = self.order[pos]
+        self.order[new_pos] = moved
+        self._position_of[moved] = new_pos
+        if self._labels is not None:
+            self._labels[new_pos] = self._labels[pos].copy()
+        self._asked[pos] = 0
+        self._p1[pos] = 0
+        self._fixed[pos] = 0
+        mids = starts + n_left
+        first = len(self.state)
+        self.state[nodes] = SPLIT
+        self.child[nodes] = first + 2 * np.arange(len(nodes))
+        left_keys, right_keys = _child_keys(self._key[nodes])
+        child_seg = 2 * seg + (pos >= mids[seg])
+        self._node_of[pos] = first + child_seg
+        self._add_nodes(
+            np.column_stack([starts, mids]).ravel(),
+            np.column_stack([mids, ends]).ravel(),
+            np.column_stack([left_keys, right_keys]).ravel(),
+            pos,
+            child_seg,
+        )
+        self._split_trivial(np.arange(first, len(self.state)))
+
+    def _split_trivial(self, nodes: np.ndarray) -> None:
+        """Split at once the open nodes holding only their two pivots (nothing to ask)."""
+        trivial = nodes[(self.state[nodes] == OPEN) & (self.end[nodes] - self.start[nodes] == 2)]
+        if len(trivial):
+            pos, seg = _segment_positions(self.start[trivial], self.end[trivial])
+            fixed = self._fixed[pos]
+            self._split(trivial, pos, seg, fixed == 1, fixed)
+
+    def _add_nodes(
+        self,
+        starts: np.ndarray,
+        ends: np.ndarray,
+        keys: np.ndarray,
+        pos: np.ndarray,
+        seg: np.ndarray,
+    ) -> None:
+        """Append nodes; choose pivots (Alg. 1, line 3) for those that must split.
+
+        ``pos`` / ``seg`` list the new nodes' slots as in :meth:`_split`.
+        """
+        sizes = ends - starts
+        split = sizes > self.leaf_size
+        n_diff = np.zeros(len(starts), dtype=np.int64)
+        u1, u2 = _uniform(keys, 1), _uniform(keys, 2)
+        first = starts + np.minimum((u1 * sizes).astype(np.int64), np.maximum(sizes - 1, 0))
+        second = starts + np.minimum((u2 * (sizes - 1)).astype(np.int64), np.maximum(sizes - 2, 0))
+        second = second + (second >= first)
+        if self._labels is not None:
+            differs = self._labels[pos] != self._labels[first[seg]]
+            n_diff = np.bincount(seg, weights=differs, minlength=len(starts)).astype(np.int64)
+            if not self.split_pure:
+                split &= n_diff > 0
+            if self.supervised:
+                # second pivot: the k-th object of the node with another label
+                k = np.minimum((u2 * n_diff).astype(np.int64), np.maximum(n_diff - 1, 0))
+                cum = np.cumsum(differs)
+                before = (cum - differs)[np.cumsum(sizes) - sizes]
+                hit = differs & (cum - before[seg] - 1 == k[seg])
+                chosen = np.full(len(starts), -1, dtype=np.int64)
+                chosen[seg[hit]] = pos[hit]
+                second = np.where(n_diff > 0, chosen, second)
+        last = len(self.order) - 1
+        p1 = np.where(split, self.order[np.minimum(first, last)], -1)
+        p2 = np.where(split, self.order[np.minimum(second, last)], -1)
+        self._fixed[first[split]] = 1
+        self._fixed[second[split]] = 2
+        self.start = np.concatenate([self.start, starts])
+        self.end = np.concatenate([self.end, ends])
+        self.child = np.concatenate([self.child, np.full(len(starts), -1, dtype=np.int64)])
+        self.pivot1 = np.concatenate([self.pivot1, p1])
+        self.pivot2 = np.concatenate([self.pivot2, p2])
+        self.state = np.concatenate([self.state, np.where(split, OPEN, LEAF).astype(np.int8)])
+        self._key = np.concatenate([self._key, keys.astype(np.uint64)])
+
+    def _reindex(self) -> None:
+        """Rebuild the object -> slot and slot -> node maps from the node table."""
+        self._position_of = np.full(int(self.order.max()) + 1, -1, dtype=np.int64)
+        self._position_of[self.order] = np.arange(len(self.order))
+        self._node_of = np.zeros(len(self.order), dtype=np.int64)
+        current = np.flatnonzero(self.state != SPLIT)
+        pos, seg = _segment_positions(self.start[current], self.end[current])
+        self._node_of[pos] = current[seg]
+
+    # ------------------------------------------------------------------ results
+    def leaf_items(self, node: int) -> np.ndarray:
+        """Objects of a leaf (or of any node, for a complete tree)."""
+        return self.order[self.start[node] : self.end[node]]
+
+    def router(self, objects: ArrayLike, redundancy: int | None = None) -> ComparisonTreeRouter:
+        """A :class:`ComparisonTreeRouter` routing ``objects`` down this (complete) tree."""
+        return ComparisonTreeRouter(self, objects, redundancy=redundancy or self.redundancy)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The complete state as JSON-compatible data (``json.dumps`` works)."""
+        return {
+            "format": _FORMAT,
+            "params": {
+                "leaf_size": self.leaf_size,
+                "supervised": self.supervised,
+                "split_pure": self.split_pure,
+                "redundancy": self.redundancy,
+                "seed": self.seed,
+            },
+            "order": self.order.tolist(),
+            "labels": None if self._labels is None else self._labels.tolist(),
+            "asked": self._asked.tolist(),
+            "closer_to_p1": self._p1.tolist(),
+            "fixed": self._fixed.tolist(),
+            "nodes": {
+                "start": self.start.tolist(),
+                "end": self.end.tolist(),
+                "child": self.child.tolist(),
+                "pivot1": self.pivot1.tolist(),
+                "pivot2": self.pivot2.tolist(),
+                "state": self.state.tolist(),
+                "key": [int(k) for k in self._key],
+            },
+            "n_queries": self.n_queries_,
+            "n_asks": self.n_asks_,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ComparisonTreeBuilder:
+        """Rebuild a builder from :meth:`to_dict` output."""
+        if not isinstance(data, dict) or data.get("format") != _FORMAT:
+            raise ValueError("not a ComparisonTreeBuilder state (missing or unknown 'format')")
+        try:
+            self = cls.__new__(cls)
+            p = data["params"]
+            self.leaf_size, self.supervised = int(p["leaf_size"]), bool(p["supervised"])
+            self.split_pure, self.redundancy = bool(p["split_pure"]), int(p["redundancy"])
+            self.seed = int(p["seed"])
+            self.order = np.asarray(data["order"], dtype=np.int64)
+            labels = data["labels"]
+            self._labels = None if labels is None else np.asarray(labels, dtype=np.int64)
+            self._asked = np.asarray(data["asked"], dtype=np.int64)
+            self._p1 = np.asarray(data["closer_to_p1"], dtype=np.int64)
+            self._fixed = np.asarray(data["fixed"], dtype=np.int8)
+            nodes = data["nodes"]
+            for name in ("start", "end", "child", "pivot1", "pivot2"):
+                setattr(self, name, np.asarray(nodes[name], dtype=np.int64))
+            self.state = np.asarray(nodes["state"], dtype=np.int8)
+            self._key = np.asarray(nodes["key"], dtype=np.uint64)
+            self.n_queries_, self.n_asks_ = int(data["n_queries"]), int(data["n_asks"])
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"incomplete ComparisonTreeBuilder state: {error!r}") from error
+        self._reindex()
+        return self
+
+
+class ComparisonTreeRouter(_VoteMachine):
+    """Routes objects down a complete comparison tree with triplet questions.
+
+    Line 5 of Algorithm 2 of Haghiri, Garreau & von Luxburg (2018): at each
+    internal node the object is asked "closer to pivot1 or pivot2?" and moves to
+    the left or right child. An object that is itself a pivot of a node moves to
+    its own side without a question.
+
+    Parameters
+    ----------
+    tree : ComparisonTreeBuilder
+        A complete tree.
+    objects : array-like of int, shape (k,)
+        Distinct objects to route.
+    redundancy : int, default=1
+        Answers per question, combined by majority; ties ask again.
+
+    Attributes
+    ----------
+    node : ndarray of shape (k,)
+        Current node of each object; a leaf once :attr:`is_complete`.
+    n_queries_, n_asks_ : int
+        Distinct questions answered and answers recorded.
+    """
+
+    def __init__(
+        self, tree: ComparisonTreeBuilder, objects: ArrayLike, redundancy: int = 1
+    ) -> None:
+        if not tree.is_complete:
+            raise ValueError("the tree is still being built; route objects once it is complete")
+        objects = np.asarray(objects)
+        if (
+            objects.ndim != 1
+            or objects.dtype.kind not in "iu"
+            or (objects.size and objects.min() < 0)
+        ):
+            raise ValueError("objects must be a 1-D array of non-negative integer indices")
+        if len(np.unique(objects)) != len(objects):
+            raise ValueError("objects must be distinct")
+        self.tree = tree
+        self.redundancy = _check_int(redundancy, "redundancy", 1)
+        self.objects = objects.astype(np.int64)
+        self.node = np.zeros(len(objects), dtype=np.int64)
+        self._asked = np.zeros(len(objects), dtype=np.int64)
+        self._p1 = np.zeros(len(objects), dtype=np.int64)
+        self.n_queries_ = 0
+        self.n_asks_ = 0
+        self._advance_pivots(np.arange(len(objects)))
+        self._index = {int(o): i for i, o in enumerate(self.objects)}
+
+    @property
+    def is_complete(self) -> bool:
+        return not np.any(self.tree.state[self.node] == SPLIT)
+
+    def _advance_pivots(self, slots: np.ndarray) -> None:
+        """Move objects that are a pivot of their node to that side, without asking."""
+        t = self.tree
+        while len(slots):
+            node = self.node[slots]
+            internal = t.state[node] == SPLIT
+            is_p1 = internal & (t.pivot1[node] == self.objects[slots])
+            is_p2 = internal & (t.pivot2[node] == self.objects[slots])
+            move = is_p1 | is_p2
+            slots = slots[move]
+            self.node[slots] = t.child[node[move]] + is_p2[move]
+
+    def _pending(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        t = self.tree
+        slots = np.flatnonzero(t.state[self.node] == SPLIT)
+        node = self.node[slots]
+        queries = np.column_stack([self.objects[slots], t.pivot1[node], t.pivot2[node]])
+        counts = np.maximum(self.redundancy - self._asked[slots], 1)
+        return slots, queries, counts
+
+    def pending_queries(self, return_counts: bool = False) -> Any:
+        """Routing questions (object, p1, p2) still wanted; as the builder's ``pending_queries``."""
+        _, queries, counts = self._pending()
+        return (queries, counts) if return_counts else queries
+
+    def record(self, anchor: int, p1: int, p2: int, closer_to_p1: bool) -> bool:
+        """Store one routing answer; False (ignored) when it is not currently asked."""
+        return bool(self.record_batch([[anchor, p1, p2]], [closer_to_p1])[0])
+
+    def record_batch(self, queries: ArrayLike, answers: ArrayLike) -> np.ndarray:
+        q = _check_queries(queries)
+        ans = _check_answers(answers, len(q))
+        missing = [int(a) for a in q[:, 0] if int(a) not in self._index]
+        if missing:
+            raise ValueError(f"object {missing[0]} is not being routed by this router")
+        slots = np.array([self._index[int(a)] for a in q[:, 0]], dtype=np.intp)
+        t, node = self.tree, self.node[slots]
+        straight = (t.pivot1[node] == q[:, 1]) & (t.pivot2[node] == q[:, 2])
+        flipped = (t.pivot1[node] == q[:, 2]) & (t.pivot2[node] == q[:, 1])
+        ok = (t.state[node] == SPLIT) & (straight | flipped)
+        self._record_slots(slots[ok], ans[ok] == straight[ok])
+        return ok
+
+    def _record_slots(self, slots: np.ndarray, answers: np.ndarray, unique: bool = False) -> None:
+        if len(slots) == 0:
+            return
+        self._add_votes(slots, answers, unique)
+        slots = np.unique(slots)
+        decided, left = self._decided(slots)
+        slots, left = slots[decided], left[decided]
+        self.node[slots] = self.tree.child[self.node[slots]] + ~left
+        self._asked[slots] = 0
+        self._p1[slots] = 0
+        self._advance_pivots(slots)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Router state as JSON-compatible data (the tree is persisted separately)."""
+        return {
+            "format": _FORMAT,
+            "redundancy": self.redundancy,
+            "objects": self.objects.tolist(),
+            "node": self.node.tolist(),
+            "asked": self._asked.tolist(),
+            "closer_to_p1": self._p1.tolist(),
+            "n_queries": self.n_queries_,
+            "n_asks": self.n_asks_,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], tree: ComparisonTreeBuilder) -> ComparisonTreeRouter:
+        """Rebuild a router from :meth:`to_dict` output and its tree."""
+        if not isinstance(data, dict) or data.get("format") != _FORMAT:
+            raise ValueError("not a ComparisonTreeRouter state (missing or unknown 'format')")
+        self = cls(tree, np.asarray(data["objects"], dtype=np.int64), int(data["redundancy"]))
+        self.node = np.asarray(data["node"], dtype=np.int64)
+        self._asked = np.asarray(data["asked"], dtype=np.int64)
+        self._p1 = np.asarray(data["closer_to_p1"], dtype=np.int64)
+        self.n_queries_, self.n_asks_ = int(data["n_queries"]), int(data["n_asks"])
+        return self
+
+
+def drive(machine: ComparisonTreeBuilder | ComparisonTreeRouter, oracle: Oracle) -> None:
+    """Answer every pending question of ``machine`` with ``oracle`` until it is complete.
+
+    Each round asks all pending questions at once (each repeated as often as it
+    still needs answers) in one vectorised ``oracle(anchors, p1, p2)`` call.
+    """
+    while True:
+        slots, queries, counts = machine._pending()
+        if len(slots) == 0:
+            return
+        if np.any(counts > 1):
+            slots, queries = np.repeat(slots, counts), np.repeat(queries, counts, axis=0)
+        answers = _check_answers(
+            oracle(queries[:, 0], queries[:, 1], queries[:, 2]), len(slots), "oracle answers"
+        )
+        machine._record_slots(slots, answers, unique=not np.any(counts > 1))
