@@ -223,7 +223,7 @@ class TripletKernel(BaseEstimator):
         # (anchor, {lo, hi}), value = (#(a, lo, hi) - #(a, hi, lo)) / (# both).
         code = (anchor.astype(np.int64) * n + lo) * n + hi
         unique, inverse = np.unique(code, return_inverse=True)
-        value = np.bincount(inverse, weights=sign, minlength=unique.size)
+        value = np.bincount(inverse, weights=sign, minlength=unique.size).astype(np.float64)
         value /= np.bincount(inverse, minlength=unique.size)
         a, rest = np.divmod(unique, n * n)
         lo, hi = np.divmod(rest, n)
