@@ -158,8 +158,9 @@ class MetricBoost(BaseEstimator):
             Rows (anchor, near, far): d(anchor, near) < d(anchor, far).
         callback : callable, default=None
             For background jobs: called as ``callback(rounds_done, n_estimators)``
-            after every round (and once with ``n_estimators`` if boosting stops
-            early); its return value is ignored.
+            after every round (and once more with ``n_estimators`` if boosting
+            stops early, so progress ends at 100%); its return value is ignored
+            and an exception it raises aborts the fit (a way to cancel a job).
 
         Returns
         -------
@@ -177,8 +178,9 @@ class MetricBoost(BaseEstimator):
 
         The triplets are every (i, j, k) with y_i = y_j ≠ y_k and i ≠ j. They are
         never built: D_t((i, j, k)) = μ_t((i, j)) μ_t((i, k)) (Eq. (10)) is kept as
-        two weight matrices over pairs, so a round costs O(n²·d + d³) time and
-        O(n²) memory instead of O(m) with m ≈ n³. The result equals ``fit`` on the
+        two weight vectors over pairs, so a round costs O(n²·d + d³) time and
+        O(n²) memory instead of O(m) with m ≈ n³ (n = 569 objects, m = 4.3·10⁷
+        triplets: well under a second). The result equals ``fit`` on the
         explicit list of those triplets. Multi-class labels are handled like the
         two-class case of §4: same-class pairs form S₁, different-class pairs S₂.
 
@@ -329,7 +331,8 @@ class MetricBoost(BaseEstimator):
         Returns
         -------
         closer : ndarray of shape (n_triplets,), dtype bool
-            True where H(a, b) < H(a, c), ties in H broken as in the class Notes.
+            True where H(a, b) < H(a, c); ties in H are broken as in the class
+            Notes (binary: by G, then by index), the order ``kneighbors`` uses.
         """
         check_is_fitted(self, "alphas_")
         Z = self._project(X)[0]
@@ -439,9 +442,12 @@ class MetricBoost(BaseEstimator):
                 closer = Hb < Hc
                 if tie_break:
                     w = self.alphas_ / np.maximum(self.thresholds_, 1e-300)
-                    closer |= (Hb == Hc) & (Pb @ w < Pc @ w)
+                    Gb, Gc = Pb @ w, Pc @ w
+                    tied = Hb == Hc
+                    closer |= tied & ((Gb < Gc) | ((Gb == Gc) & (b[sl] < c[sl])))
             else:
-                closer = Pb @ self.alphas_ < Pc @ self.alphas_
+                Hb, Hc = Pb @ self.alphas_, Pc @ self.alphas_
+                closer = (Hb < Hc) | (tie_break & (Hb == Hc) & (b[sl] < c[sl]))
             out[sl] = closer
         return out
 

@@ -271,3 +271,21 @@ def test_predict_value_errors():
         model.predict_knn(X, y, X[:2], n_neighbors=0)
     with pytest.raises(ValueError, match="y_train"):
         model.predict_knn(X, y[:-1], X[:2])
+
+
+@pytest.mark.parametrize("weak_learner", VARIANTS)
+def test_contradictory_triplets_learn_nothing(weak_learner):
+    X = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0]])
+    with pytest.raises(ValueError, match="nothing was learned"):
+        MetricBoost(weak_learner=weak_learner).fit(X, [[0, 1, 2], [0, 2, 1]])
+
+
+def test_normalized_ties_go_to_the_lower_index():
+    X = np.array([[0.0], [1.0], [-1.0], [5.0]])
+    model = MetricBoost(weak_learner="normalized").fit(X, [[0, 1, 3], [0, 2, 3]])
+    # objects 1 and 2 are equally far from 0 under any metric on this line
+    np.testing.assert_array_equal(model.predict_triplets(X, [[0, 1, 2], [0, 2, 1]]), [True, False])
+    assert model.score(X, [[0, 1, 2]]) == 0.0
+    np.testing.assert_array_equal(
+        model.kneighbors(X[:1], X[1:], 2, return_distance=False), [[0, 1]]
+    )
