@@ -108,11 +108,12 @@ class _BaseComparisonForest(BaseEstimator):
 
     def _leaf_items(
         self, oracle: Oracle, objects: ArrayLike
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Pooled leaf items C (Alg. 2, lines 5-6) of the distinct requested objects.
 
-        Returns (row, item, inverse): training object ``item`` is in C of distinct
-        object ``row``; ``inverse`` maps the requested objects to distinct rows.
+        Returns (row, item, weight, inverse): training object ``item`` is in C of
+        distinct object ``row`` with vote ``weight`` (1 but in unsplit pure leaves);
+        ``inverse`` maps the requested objects to distinct rows.
         """
         check_is_fitted(self)
         if not callable(oracle):
@@ -133,15 +134,17 @@ class _BaseComparisonForest(BaseEstimator):
         )
         self.n_predict_queries_ = sum(r[1] for r in results)
         self.n_predict_asks_ = sum(r[2] for r in results)
-        rows, items = [], []
+        rows, items, weights = [], [], []
         leaves = [leaf for r in results for leaf in r[0]]
         for tree, leaf in zip(self.estimators_, leaves, strict=True):
+            sizes = tree.end[leaf] - tree.start[leaf]
             pos, seg = _segment_positions(tree.start[leaf], tree.end[leaf])
             rows.append(seg)
             items.append(tree.order[pos])
-        row = np.concatenate(rows)
-        item = np.concatenate(items)
-        return row, item, inverse
+            # a leaf larger than leaf_size is a pure node left unsplit (split_pure=False):
+            # it votes as the leaf of at most leaf_size items it stands for
+            weights.append((np.minimum(sizes, self.leaf_size) / np.maximum(sizes, 1))[seg])
+        return np.concatenate(rows), np.concatenate(items), np.concatenate(weights), inverse
 
 
 class ComparisonForestClassifier(ClassifierMixin, _BaseComparisonForest):
@@ -169,7 +172,10 @@ class ComparisonForestClassifier(ClassifierMixin, _BaseComparisonForest):
         a tie asks again.
     split_pure : bool, default=True
         Split nodes whose objects share one label, as the paper does. False
-        makes them leaves: same predictions from the tree, fewer questions.
+        makes them leaves and saves their questions. Not in the paper: such a
+        leaf of k > n0 items votes with weight n0 / k per item, as the leaf of
+        at most n0 items the full split would reach; for n0 = 1 the forest then
+        predicts exactly as with ``split_pure=True`` (noise-free oracle).
     n_jobs : int, default=None
         Trees are built (joblib processes) and routed (joblib threads) in
         parallel; None means 1, -1 all cores. The oracle must pickle
@@ -308,10 +314,10 @@ class ComparisonForestClassifier(ClassifierMixin, _BaseComparisonForest):
         -------
         proba : ndarray of shape (k, n_classes)
         """
-        row, item, inverse = self._leaf_items(oracle, objects)
+        row, item, weight, inverse = self._leaf_items(oracle, objects)
         k, n_classes = int(inverse.max(initial=-1)) + 1, len(self.classes_)
-        counts = np.bincount(row * n_classes + self._codes[item], minlength=k * n_classes)
-        counts = counts.reshape(k, n_classes).astype(np.float64)
+        cell = row * n_classes + self._codes[item]
+        counts = np.bincount(cell, weights=weight, minlength=k * n_classes).reshape(k, n_classes)
         return (counts / np.maximum(counts.sum(axis=1, keepdims=True), 1))[inverse]
 
     def predict(self, oracle: Oracle, objects: ArrayLike) -> np.ndarray:
@@ -409,7 +415,7 @@ class ComparisonForestRegressor(RegressorMixin, _BaseComparisonForest):
 
     def predict(self, oracle: Oracle, objects: ArrayLike) -> np.ndarray:
         """Mean target of the pooled leaf items (Alg. 2 with the mean, §2); shape (k,)."""
-        row, item, inverse = self._leaf_items(oracle, objects)
+        row, item, _, inverse = self._leaf_items(oracle, objects)
         k = int(inverse.max(initial=-1)) + 1
         total = np.bincount(row, weights=self._y[item], minlength=k)
         return (total / np.maximum(np.bincount(row, minlength=k), 1))[inverse]

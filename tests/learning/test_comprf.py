@@ -245,6 +245,10 @@ def test_split_pure_false_saves_questions():
     for tree in lean.estimators_:
         for leaf in np.flatnonzero(tree.state == LEAF):
             assert len(set(y[tree.leaf_items(leaf)].tolist())) == 1
+    # with leaf size 1 an unsplit pure leaf votes once, as its full split would
+    test = np.arange(len(y))
+    assert np.allclose(full.predict_proba(oracle, test), lean.predict_proba(oracle, test))
+    assert lean.n_predict_queries_ < full.n_predict_queries_
 
 
 def test_parallel_build_matches_sequential():
