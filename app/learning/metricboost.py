@@ -518,74 +518,77 @@ class _TripletWeights:
 class _LabelWeights:
     """Bipartite weights of §4: D_t((i, j, k)) = μ_t((i, j)) μ_t((i, k)), Eq. (10).
 
-    μ is symmetric (h is), so it is kept once per unordered pair: ``near`` over
-    the same-class pairs S₁ (``near_pairs``) and ``far`` over the different-class
-    pairs S₂ (``far_pairs``). Every quantity of a round is a pass over these
-    pairs, O(n²) in all, plus an (n, n) @ (n, d) product for matrix (8).
+    μ is symmetric (h is), so it is kept once per unordered pair {i, j}, i < j,
+    in ``mu``: μ over S₁ where ``same`` (same-class pairs), over S₂ elsewhere.
+    Every quantity of a round is a few passes over these n(n−1)/2 pairs plus a
+    sparse (n, n) @ (n, d) product for matrix (8).
     """
 
     def __init__(self, X: np.ndarray, codes: np.ndarray) -> None:
         self.X, n = X, X.shape[0]
         r, c = np.triu_indices(n, k=1)
-        same = codes[r] == codes[c]
-        self.near_pairs, self.far_pairs = (r[same], c[same]), (r[~same], c[~same])
+        self.r, self.c, self.same = r, c, codes[r] == codes[c]
+        self.sign = np.where(self.same, 1.0, -1.0)  # μ((i, j)) gets +α h, μ((i, k)) gets −α h
+        other = n * ~self.same
+        self.sum_keys = (r + other, c + other)  # endpoint, shifted by n in S₂
+        self.partner_keys = (r + n - other, c + n - other)  # S₁ reads w, S₂ reads s
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=n))])
+        self.W = sp.csr_matrix((np.zeros(len(r)), c, indptr), shape=(n, n))  # rows sorted
         counts = np.bincount(codes)[codes]
         self.n_triplets = int(np.sum((counts - 1) * (n - counts)))
-        mu0 = 1.0 / np.sqrt(self.n_triplets)  # μ_1 = 1/√m, so D_1 = 1/m
-        self.near = np.full(len(self.near_pairs[0]), mu0)
-        self.far = np.full(len(self.far_pairs[0]), mu0)
+        self.mu = np.full(len(r), 1.0 / np.sqrt(self.n_triplets))  # μ_1 = 1/√m: D_1 = 1/m
+        self.sw = self._sums(self.mu)
+        self._cache: dict[str, object] = {}
 
-    def _row_sums(self, pairs: tuple[np.ndarray, np.ndarray], w: np.ndarray) -> np.ndarray:
-        n = self.X.shape[0]
-        return np.bincount(pairs[0], w, n) + np.bincount(pairs[1], w, n)
+    def _sums(self, v: np.ndarray) -> np.ndarray:
+        """[s | w]: s(i) = Σ_j v((i, j)) over S₁ and w(i) = Σ_k v((i, k)) over S₂ (§4)."""
+        n2 = 2 * self.X.shape[0]
+        return np.bincount(self.sum_keys[0], v, n2) + np.bincount(self.sum_keys[1], v, n2)
 
-    def _values(self, pairs: tuple[np.ndarray, np.ndarray], z: np.ndarray) -> np.ndarray:
-        return np.square(z[pairs[0]] - z[pairs[1]])
+    def _values(self, z: np.ndarray) -> np.ndarray:
+        if self._cache.get("z") is not z:
+            self._cache.update(z=z, p=np.square(z[self.r] - z[self.c]))
+        return self._cache["p"]
 
-    def _triplet_marginals(self) -> tuple[np.ndarray, np.ndarray]:
-        """Weight of each unordered pair as the (i, j), and as the (i, k), part of triplets."""
-        s = self._row_sums(self.near_pairs, self.near)  # s(i) = Σ_j μ((i, j))
-        w = self._row_sums(self.far_pairs, self.far)  # w(i) = Σ_k μ((i, k))
-        (rn, cn), (rf, cf) = self.near_pairs, self.far_pairs
-        return self.near * (w[rn] + w[cn]), self.far * (s[rf] + s[cf])
+    def _marginals(self) -> np.ndarray:
+        """Weight of each pair as the (i, j) part (S₁) or the (i, k) part (S₂) of
+        triplets, both orientations: μ((i, j)) (w(i) + w(j)), μ((i, k)) (s(i) + s(k))."""
+        if "marginals" not in self._cache:
+            partner = self.sw[self.partner_keys[0]] + self.sw[self.partner_keys[1]]
+            self._cache["marginals"] = self.mu * partner
+        return self._cache["marginals"]
 
     def matrix8(self) -> np.ndarray:
         # §4: the four components of matrix (8), folded into one pair scatter
-        near, far = self._triplet_marginals()
+        signed = -self.sign * self._marginals()
         n = self.X.shape[0]
-        W = np.zeros((n, n))
-        W[self.far_pairs] = far
-        W[self.near_pairs] = -near
-        G = self.X.T @ (W @ self.X)
-        return (self.X.T * (W.sum(axis=0) + W.sum(axis=1))) @ self.X - G - G.T
+        deg = np.bincount(self.r, signed, n) + np.bincount(self.c, signed, n)
+        self.W.data = signed
+        G = self.X.T @ (self.W @ self.X)
+        return (self.X.T * deg) @ self.X - G - G.T
 
     def moments(self, z: np.ndarray) -> tuple[float, float, float, float]:
-        near, far = self._triplet_marginals()
-        return (*_weighted_moments(self._values(self.near_pairs, z), near),
-                *_weighted_moments(self._values(self.far_pairs, z), far))  # fmt: skip
+        p, marginals = self._values(z), self._marginals()
+        near = np.where(self.same, marginals, 0.0)
+        return (*_weighted_moments(p, near), *_weighted_moments(p, marginals - near))
 
     def binary_errors(self, z: np.ndarray, beta: float) -> tuple[float, float]:
-        h_near = self._values(self.near_pairs, z) >= beta
-        h_far = self._values(self.far_pairs, z) >= beta
-        near_on = self._row_sums(self.near_pairs, self.near * h_near)
-        far_on = self._row_sums(self.far_pairs, self.far * h_far)
-        near_off = self._row_sums(self.near_pairs, self.near) - near_on
-        far_off = self._row_sums(self.far_pairs, self.far) - far_on
+        n = self.X.shape[0]
+        on = self._sums(self.mu * (self._values(z) >= beta))
+        near_on, far_on = on[:n], on[n:]
+        near_off, far_off = self.sw[:n] - near_on, self.sw[n:] - far_on
         return float(near_on @ far_off), float(near_off @ far_on)
 
     def update(self, z: np.ndarray, alpha: float, scale: float, cut: float) -> float:
-        for pairs, mu, sign in (
-            (self.near_pairs, self.near, 1.0),
-            (self.far_pairs, self.far, -1.0),
-        ):
-            p = self._values(pairs, z)
-            h = p / scale if np.isnan(cut) else (p >= cut).astype(np.float64)
-            mu *= np.exp(sign * alpha * h)  # μ̃_{t+1}((i, j)) and μ̃_{t+1}((i, k)), §4
-        Z = float(
-            self._row_sums(self.near_pairs, self.near) @ self._row_sums(self.far_pairs, self.far)
-        )
-        self.near /= np.sqrt(Z)
-        self.far /= np.sqrt(Z)
+        p = self._values(z)
+        h = p / scale if np.isnan(cut) else (p >= cut).astype(np.float64)
+        self.mu *= np.exp(alpha * self.sign * h)  # μ̃_{t+1}((i, j)) and μ̃_{t+1}((i, k)), §4
+        self.sw = self._sums(self.mu)
+        n = self.X.shape[0]
+        Z = float(self.sw[:n] @ self.sw[n:])  # Σ_i s̃(i) w̃(i) = Σ over triplets
+        self.mu /= np.sqrt(Z)
+        self.sw /= np.sqrt(Z)
+        self._cache = {}
         return Z
 
 
