@@ -152,7 +152,8 @@ def test_primal_linear_agrees_with_dual_linear() -> None:
     diff = 1.5 * (X_right - X_left) @ np.array([1.0, 1.0]) + rng.normal(0, 0.25, 120)
     y = threshold(diff)
     dual = SVMCompare(C=1.0, kernel="linear").fit(X_left, X_right, y)
-    primal = SVMCompare(C=1.0, kernel="linear", solver="primal").fit(X_left, X_right, y)
+    primal = SVMCompare(C=1.0, kernel="linear", solver="primal", loss="hinge")
+    primal.fit(X_left, X_right, y)
     grid = rng.uniform(-2, 2, size=(50, 2))
     np.testing.assert_allclose(primal.rank(grid), dual.rank(grid), rtol=0.02, atol=0.02)
     assert primal.bias_ == pytest.approx(dual.bias_, rel=0.02)
@@ -163,15 +164,26 @@ def test_primal_linear_agrees_with_dual_linear() -> None:
 def test_nystroem_with_every_point_as_landmark_agrees_with_exact_rbf() -> None:
     X_left, X_right, y = squared_norm_pairs(60)
     exact = SVMCompare(C=10.0, gamma=0.5).fit(X_left, X_right, y)
-    approx = SVMCompare(C=10.0, gamma=0.5, solver="primal", n_components=120, random_state=0).fit(
-        X_left, X_right, y
-    )
+    approx = SVMCompare(
+        C=10.0, gamma=0.5, solver="primal", n_components=120, loss="hinge", random_state=0
+    ).fit(X_left, X_right, y)
     assert approx.nystroem_.n_components == 120
     assert approx.bias_ == pytest.approx(exact.bias_, rel=0.05)
     assert np.mean(approx.predict(X_left, X_right) == exact.predict(X_left, X_right)) >= 0.97
     rng = np.random.default_rng(6)
     A, B = rng.uniform(-2, 2, size=(300, 2)), rng.uniform(-2, 2, size=(300, 2))
     assert np.mean(approx.predict(A, B) == exact.predict(A, B)) >= 0.95
+
+
+def test_default_squared_hinge_primal_is_close_to_exact() -> None:
+    # the L2-loss primal is a different loss: close to, not equal to, the exact model
+    X_left, X_right, y = squared_norm_pairs(200)
+    exact = SVMCompare(C=10.0, gamma=0.5).fit(X_left, X_right, y)
+    approx = SVMCompare(C=10.0, gamma=0.5, solver="primal", random_state=0)
+    approx.fit(X_left, X_right, y)
+    A, B, y_test = squared_norm_pairs(2000, seed=9)
+    assert np.mean(approx.predict(A, B) == exact.predict(A, B)) >= 0.9
+    assert approx.score(A, B, y_test) > 0.8
 
 
 def test_learns_the_squared_norm_pattern() -> None:
@@ -281,6 +293,7 @@ def test_error_not_fitted() -> None:
         {"degree": 0},
         {"solver": "sgd"},
         {"n_components": 0},
+        {"loss": "log"},
     ],
 )
 def test_error_invalid_hyperparameters(params: dict) -> None:
