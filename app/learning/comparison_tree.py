@@ -195,7 +195,8 @@ class ComparisonTreeBuilder(_VoteMachine):
             raise ValueError(f"objects must be a non-empty 1-D array, got shape {objects.shape}")
         if objects.dtype.kind not in "iu" or objects.min() < 0:
             raise ValueError("objects must be non-negative integer indices")
-        if len(np.unique(objects)) != len(objects):
+        ranked = np.sort(objects)
+        if np.any(ranked[1:] == ranked[:-1]):
             raise ValueError("objects must be distinct")
         self.leaf_size = _check_int(leaf_size, "leaf_size", 1)
         self.redundancy = _check_int(redundancy, "redundancy", 1)

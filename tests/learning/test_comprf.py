@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import pickle
 
 import numpy as np
 import pytest
+from joblib import parallel_config
 from sklearn.exceptions import NotFittedError
 
 from app.learning.comparison_tree import (
@@ -126,6 +128,24 @@ def test_answer_order_does_not_change_the_tree():
         assert crowd.record(int(a), int(b), int(c), bool(oracle(np.array([a]), [b], [c])[0]))
     assert splits_of(crowd) == splits_of(batch)
     assert leaves_of(crowd) == leaves_of(batch)
+
+
+def test_supervised_pivots_have_different_labels_and_noise_terminates():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(80, 2))
+    y = rng.integers(0, 4, 80)
+    noisy = euclidean_oracle(X)
+
+    def oracle(a, b, c):  # 30% of answers flipped afresh at every ask
+        return noisy(a, b, c) ^ (rng.random(len(a)) < 0.3)
+
+    tree = ComparisonTreeBuilder(np.arange(80), y, redundancy=2, seed=9)
+    drive(tree, oracle)
+    assert leaves_of(tree) == {frozenset({i}) for i in range(80)}
+    for node in np.flatnonzero(tree.state == SPLIT):
+        if len(set(y[tree.leaf_items(node)].tolist())) > 1:
+            assert y[tree.pivot1[node]] != y[tree.pivot2[node]]
+    assert tree.n_asks_ > 2 * tree.n_queries_  # ties were asked again
 
 
 def three_object_tree(redundancy: int) -> tuple[ComparisonTreeBuilder, tuple[int, int, int]]:
@@ -251,16 +271,20 @@ def test_split_pure_false_saves_questions():
     assert lean.n_predict_queries_ < full.n_predict_queries_
 
 
-def test_parallel_build_matches_sequential():
+def test_parallel_build_matches_sequential_and_pickles():
     X, y = blobs(3, 60)
     oracle = euclidean_oracle(X)
     one = ComparisonForestClassifier(n_estimators=4, random_state=2).fit(oracle, y)
-    two = ComparisonForestClassifier(n_estimators=4, n_jobs=2, random_state=2).fit(oracle, y)
+    # threads keep the test fast; the default process backend needs the same chunking
+    with parallel_config(backend="threading"):
+        two = ComparisonForestClassifier(n_estimators=4, n_jobs=2, random_state=2)
+        two.fit(oracle, y)
+        proba_two = two.predict_proba(oracle, range(60))
     for t1, t2 in zip(one.estimators_, two.estimators_, strict=True):
         assert np.array_equal(t1.pivot1, t2.pivot1) and np.array_equal(t1.order, t2.order)
-    assert np.array_equal(
-        one.predict_proba(oracle, range(60)), two.predict_proba(oracle, range(60))
-    )
+    assert np.array_equal(one.predict_proba(oracle, range(60)), proba_two)
+    copy = pickle.loads(pickle.dumps(one))
+    assert np.array_equal(copy.predict_proba(oracle, range(60)), proba_two)
 
 
 def test_regressor_on_a_smooth_function():
