@@ -27,6 +27,7 @@ __all__ = ["ProgressCallback", "embedding_knn_predict", "triplet_accuracy"]
 ProgressCallback = Callable[[int, int, float], None]
 """``callback(iterations_done, iterations_total, loss)``, see ``fit``."""
 
+_DENSE_MAX_OBJECTS = 3000  # n x n float matrices of at most 72 MB
 _EPS = 1e-12  # floor for distances and probabilities before division or log
 
 
@@ -149,6 +150,50 @@ def _scatter_gradient(
     return np.bincount(flat, weights=values.ravel(), minlength=n * d).reshape(n, d)
 
 
+class _TripletIndex:
+    """Triplets prepared for repeated loss and gradient evaluations.
+
+    Two equivalent paths. Dense, when the n x n matrices cost less than the
+    per-triplet ones (``n^2 <= 8 m``) and fit in memory: squared distances
+    from the Gram matrix of the centred embedding, and the gradient as
+    ``2 L X`` with L the Laplacian of the n x n matrix of summed per-pair
+    derivatives (two bincounts of m entries). Otherwise per-triplet
+    differences and one bincount of 3 m d entries. ``gradient`` must follow
+    ``squared_distances`` of the same X.
+    """
+
+    def __init__(self, T: np.ndarray, n: int, dense: bool | None = None) -> None:
+        self.T = T
+        self.n = n
+        self.dense = (n * n <= 8 * len(T) and n <= _DENSE_MAX_OBJECTS) if dense is None else dense
+        if self.dense:
+            self.near = T[:, 0] * n + T[:, 1]
+            self.far = T[:, 0] * n + T[:, 2]
+        self._diffs: tuple[np.ndarray, np.ndarray] | None = None
+
+    def squared_distances(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.dense:
+            Xc = X - X.mean(axis=0)
+            gram = Xc @ Xc.T
+            norms = np.diag(gram).copy()
+            sq = np.maximum(norms[:, None] + norms[None, :] - 2.0 * gram, 0.0).ravel()
+            return sq[self.near], sq[self.far]
+        diff_near, diff_far, sq_near, sq_far = _differences(X, self.T)
+        self._diffs = (diff_near, diff_far)
+        return sq_near, sq_far
+
+    def gradient(self, X: np.ndarray, g_near: np.ndarray, g_far: np.ndarray) -> np.ndarray:
+        n = self.n
+        if self.dense:
+            W = np.bincount(self.near, weights=g_near, minlength=n * n)
+            W += np.bincount(self.far, weights=g_far, minlength=n * n)
+            W = W.reshape(n, n)
+            S = W + W.T
+            return 2.0 * (S.sum(axis=1)[:, None] * X - S @ X)
+        assert self._diffs is not None
+        return _scatter_gradient(X.shape, self.T, *self._diffs, g_near, g_far)
+
+
 class _OrdinalEmbedding(BaseEstimator):
     """Shared fit / score machinery; subclasses define ``_loss_terms``."""
 
@@ -170,12 +215,12 @@ class _OrdinalEmbedding(BaseEstimator):
         """Regulariser added to the mean triplet loss, and its gradient."""
         return 0.0, np.zeros_like(X)
 
-    def _objective(self, x: np.ndarray, shape: tuple[int, int], T: np.ndarray) -> tuple:
+    def _objective(self, x: np.ndarray, shape: tuple[int, int], index: _TripletIndex) -> tuple:
         X = x.reshape(shape)
-        diff_near, diff_far, sq_near, sq_far = _differences(X, T)
+        sq_near, sq_far = index.squared_distances(X)
         loss, g_near, g_far = self._loss_terms(sq_near, sq_far)
-        m = len(T)
-        grad = _scatter_gradient(shape, T, diff_near, diff_far, g_near / m, g_far / m)
+        m = len(index.T)
+        grad = index.gradient(X, g_near / m, g_far / m)
         penalty, penalty_grad = self._penalty(X)
         return float(loss.mean()) + penalty, (grad + penalty_grad).ravel()
 
@@ -226,6 +271,7 @@ class _OrdinalEmbedding(BaseEstimator):
             raise ValueError("triplets is empty: need at least one triplet to fit an embedding")
         n = int(T.max()) + 1 if n_objects is None else int(n_objects)
         shape = (n, self.n_components)
+        index = _TripletIndex(T, n)
         rng = check_random_state(self.random_state)
         total = self.n_init * self.max_iter
         progress = _Progress(callback, total)
@@ -236,7 +282,7 @@ class _OrdinalEmbedding(BaseEstimator):
             result = minimize(
                 self._objective,
                 x0,
-                args=(shape, T),
+                args=(shape, index),
                 jac=True,
                 method="L-BFGS-B",
                 tol=self.tol,

@@ -24,6 +24,7 @@ from app.learning._embedding_base import (
     _EPS,
     ProgressCallback,
     _OrdinalEmbedding,
+    _TripletIndex,
     embedding_knn_predict,
     triplet_accuracy,
 )
@@ -303,13 +304,13 @@ class CKL(_OrdinalEmbedding):
         Z = Z - Z.mean(axis=0)
         return Z * np.sqrt(shape[0]) / max(np.linalg.norm(Z), _EPS)
 
-    def _objective(self, x: np.ndarray, shape: tuple[int, int], T: np.ndarray) -> tuple:
+    def _objective(self, x: np.ndarray, shape: tuple[int, int], index: _TripletIndex) -> tuple:
         # X = sqrt(n) Z / ||Z||_F with Z = Y - mean(Y); chain rule back to Y.
         Z = x.reshape(shape)
         Z = Z - Z.mean(axis=0)
         norm = max(float(np.linalg.norm(Z)), _EPS)
         scale = np.sqrt(shape[0]) / norm
-        loss, grad_x = super()._objective((Z * scale).ravel(), shape, T)
+        loss, grad_x = super()._objective((Z * scale).ravel(), shape, index)
         G = grad_x.reshape(shape)
         grad_z = scale * (G - Z * (np.vdot(Z, G) / norm**2))
         return loss, (grad_z - grad_z.mean(axis=0)).ravel()

@@ -11,6 +11,7 @@ from scipy.spatial import procrustes
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
+from app.learning._embedding_base import _TripletIndex
 from app.learning.embedding import (
     CKL,
     GNMDS,
@@ -136,23 +137,42 @@ def test_loss_terms_by_hand():
     assert GNMDS()._loss_terms(sq_far, sq_near)[0][0] == 0.0
 
 
+@pytest.mark.parametrize("dense", [True, False], ids=["dense", "per-triplet"])
 @pytest.mark.parametrize(
     "estimator",
     [SOE(), TSTE(), TSTE(n_components=3, alpha=0.5), CKL(), CKL(mu=0.0), GNMDS(lambd=0.1)],
     ids=["SOE", "TSTE", "TSTE-3d", "CKL", "CKL-mu0", "GNMDS"],
 )
-def test_gradient_matches_finite_differences(square, estimator):
+def test_gradient_matches_finite_differences(square, estimator, dense):
     _, train, _ = square
     shape = (20, estimator.n_components)
+    index = _TripletIndex(train, 20, dense=dense)
     x = np.random.default_rng(1).standard_normal(shape[0] * shape[1])
 
     def loss(v):
-        return estimator._objective(v, shape, train)[0]
+        return estimator._objective(v, shape, index)[0]
 
     def grad(v):
-        return estimator._objective(v, shape, train)[1]
+        return estimator._objective(v, shape, index)[1]
 
     assert check_grad(loss, grad, x) <= 1e-5 * max(1.0, np.linalg.norm(grad(x)))
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS)
+def test_dense_and_per_triplet_paths_agree(square, cls):
+    _, train, _ = square
+    est = cls(n_components=3)
+    x = np.random.default_rng(2).standard_normal(20 * 3)
+    loss_d, grad_d = est._objective(x, (20, 3), _TripletIndex(train, 20, dense=True))
+    loss_t, grad_t = est._objective(x, (20, 3), _TripletIndex(train, 20, dense=False))
+    assert loss_d == pytest.approx(loss_t, rel=1e-10)
+    np.testing.assert_allclose(grad_d, grad_t, rtol=1e-8, atol=1e-12)
+
+
+def test_path_choice():
+    # 3,420 triplets of 20 objects: dense; 3 triplets of 20 objects: per triplet.
+    assert _TripletIndex(np.zeros((3420, 3), dtype=np.intp), 20).dense
+    assert not _TripletIndex(np.zeros((3, 3), dtype=np.intp), 20).dense
 
 
 # --- scoring and prediction -----------------------------------------------------------------
