@@ -87,7 +87,7 @@ class MetricBoost(BaseEstimator):
     α_t, β_t, λ, Z_t          ``alphas_``, ``thresholds_``, ``eigenvalues_``, ``z_factors_``
     C²                        ``normalizer_``
     M = Σ α_t U_t             ``metric_``
-    μ_t((i, j)), μ_t((i, k))  ``_LabelWeights.near``, ``_LabelWeights.far``
+    μ_t((i, j)), μ_t((i, k))  ``_LabelWeights.mu`` (S₁ where ``same``, S₂ elsewhere)
     ========================  =====================================
 
     Choices where the paper is silent, as its authors would make them:

@@ -228,6 +228,8 @@ def test_fit_value_errors():
         MetricBoost().fit(X, [[0, 0, 1]])
     with pytest.raises(ValueError, match="empty"):
         MetricBoost().fit(X, np.empty((0, 3), dtype=int))
+    with pytest.raises(ValueError, match="minimum of 3"):
+        MetricBoost().fit_from_labels(X[:2], [0, 1])
     with pytest.raises(ValueError, match="identical"):
         MetricBoost().fit(np.ones((5, 2)), [[0, 1, 2]])
     with pytest.raises(ValueError, match="callable"):
