@@ -46,6 +46,12 @@ class Settings(BaseSettings):
         description="Address of a Dask distributed scheduler (e.g. `tcp://10.0.0.5:8786`); "
         "when set, training jobs run on that cluster instead of the local process pool.",
     )
+    secret_key: str = Field(
+        default="",
+        description="Secret from which completion codes are derived. Empty: one is generated "
+        "and kept in `<data_dir>/secret.key`; set it when several app processes serve "
+        "one database.",
+    )
     demo: bool = Field(
         default=True,
         description="Create the digits demo project on `tripletlab serve` if it does not exist.",

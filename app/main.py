@@ -7,7 +7,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from app.api import answers, objects, projects
+from app.api import answers, objects, participants, plans, projects, worker
 from app.api.uploads import BodySizeLimit
 from app.config import Settings, get_settings
 from app.errors import install_error_handlers
@@ -24,7 +24,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=int(settings.max_upload_mb * 2**20))
-    for router in (projects.router, objects.router, answers.router):
+    for router in (
+        projects.router,
+        objects.router,
+        answers.router,
+        plans.router,
+        participants.router,
+        worker.router,
+    ):
         app.include_router(router)
     media = settings.data_dir / "media"
     media.mkdir(parents=True, exist_ok=True)

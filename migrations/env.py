@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 
 from app.config import get_settings
-from app.db.models import Base
+from app.db.models import Base, UTCDateTime
 from app.db.session import make_engine
 
 config = context.config
@@ -24,10 +24,18 @@ def run_migrations() -> None:
     engine.dispose()
 
 
+def _render_item(type_: str, obj: object, autogen_context: object) -> str | bool:
+    """Write the models' own column types as the plain SQLAlchemy types they store as."""
+    if type_ == "type" and isinstance(obj, UTCDateTime):
+        return "sa.DateTime(timezone=True)"
+    return False
+
+
 def _run(connection) -> None:  # type: ignore[no-untyped-def]
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
+        render_item=_render_item,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
     )

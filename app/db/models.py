@@ -96,6 +96,10 @@ class Project(Base):
     feature_dim: Mapped[int | None] = mapped_column(Integer)
     n_objects: Mapped[int] = mapped_column(Integer, default=0)
     plan: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The planner's state (questions created per strategy, strategies' own state) and step.
+    plan_state: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    plan_step: Mapped[int] = mapped_column(Integer, default=0)
+    seed: Mapped[int] = mapped_column(Integer, default=0)
     retrain: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
@@ -127,6 +131,8 @@ class Participant(Base):
     platform_params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     flagged: Mapped[bool] = mapped_column(Boolean, default=False)
     flag_reason: Mapped[str] = mapped_column(Text, default="")
+    # Set when a researcher flags or unflags by hand: automatic checks then leave it alone.
+    flag_manual: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
@@ -150,25 +156,57 @@ class WorkSession(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
+class Question(Base):
+    """A comparison a strategy wants answered, ``wanted`` times by different participants."""
+
+    __tablename__ = "questions"
+    __table_args__ = (
+        UniqueConstraint("project_id", "key"),
+        Index("ix_questions_open", "project_id", "is_open", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    # The same in either orientation: "t:anchor:low:high", "p:low:high", "g:…" (gold).
+    key: Mapped[str] = mapped_column(String(80))
+    kind: Mapped[str] = mapped_column(String(10))  # triplet | pair
+    o1: Mapped[int] = mapped_column(Integer)
+    o2: Mapped[int] = mapped_column(Integer)
+    o3: Mapped[int | None] = mapped_column(Integer)
+    strategy: Mapped[str] = mapped_column(String(40))
+    strategy_position: Mapped[int] = mapped_column(Integer)
+    strategy_ref: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    gold_choice: Mapped[int | None] = mapped_column(Integer)
+    wanted: Mapped[int] = mapped_column(Integer, default=1)
+    live: Mapped[int] = mapped_column(Integer, default=0)  # issued, lease running
+    answered: Mapped[int] = mapped_column(Integer, default=0)
+    # answered + live < wanted: someone else may be asked
+    is_open: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 class Query(Base):
     """One question issued to one session; its token authenticates the answer."""
 
     __tablename__ = "queries"
-    __table_args__ = (Index("ix_queries_session_open", "session_id", "answered_at"),)
+    __table_args__ = (
+        Index("ix_queries_session_status", "session_id", "status"),
+        Index("ix_queries_lease", "project_id", "status", "expires_at"),
+        Index("ix_queries_participant_question", "participant_id", "question_id"),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    project_id: Mapped[int] = mapped_column(
-        ForeignKey("projects.id", ondelete="CASCADE"), index=True
-    )
-    session_id: Mapped[str | None] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
+    question_id: Mapped[int] = mapped_column(ForeignKey("questions.id", ondelete="CASCADE"))
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    participant_id: Mapped[int] = mapped_column(ForeignKey("participants.id", ondelete="CASCADE"))
     kind: Mapped[str] = mapped_column(String(10))  # triplet | pair
     # Objects in the order shown: anchor, left, right (triplet) or left, right (pair).
     o1: Mapped[int] = mapped_column(Integer)
     o2: Mapped[int] = mapped_column(Integer)
     o3: Mapped[int | None] = mapped_column(Integer)
-    strategy: Mapped[str] = mapped_column(String(40))
-    strategy_ref: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    gold_choice: Mapped[int | None] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(10), default="issued")  # issued|answered|expired
+    is_repeat: Mapped[bool] = mapped_column(Boolean, default=False)
     token: Mapped[str] = mapped_column(String(64), unique=True)
     issued_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
@@ -196,6 +234,10 @@ class Answer(Base):
     choice: Mapped[int | None] = mapped_column(Integer)
     source: Mapped[str] = mapped_column(String(10))  # crowd | import | simulated
     strategy: Mapped[str | None] = mapped_column(String(40))
+    # Quality control: right or wrong on a gold question; agreeing with the first answer
+    # on a mirrored repeat; None where it does not apply.
+    gold_correct: Mapped[bool | None] = mapped_column(Boolean)
+    consistent: Mapped[bool | None] = mapped_column(Boolean)
     session_id: Mapped[str | None] = mapped_column(
         ForeignKey("sessions.id", ondelete="SET NULL"), index=True
     )

@@ -2,13 +2,14 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-22 03:04:34.304400
+Create Date: 2026-11-22
 """
 
 from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -43,6 +44,9 @@ def upgrade() -> None:
         sa.Column("feature_dim", sa.Integer(), nullable=True),
         sa.Column("n_objects", sa.Integer(), nullable=False),
         sa.Column("plan", sa.JSON(), nullable=True),
+        sa.Column("plan_state", sa.JSON(), nullable=True),
+        sa.Column("plan_step", sa.Integer(), nullable=False),
+        sa.Column("seed", sa.Integer(), nullable=False),
         sa.Column("retrain", sa.JSON(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
@@ -114,6 +118,7 @@ def upgrade() -> None:
         sa.Column("platform_params", sa.JSON(), nullable=False),
         sa.Column("flagged", sa.Boolean(), nullable=False),
         sa.Column("flag_reason", sa.Text(), nullable=False),
+        sa.Column("flag_manual", sa.Boolean(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["project_id"],
@@ -129,6 +134,36 @@ def upgrade() -> None:
             name=op.f("uq_participants_project_id_platform_external_id"),
         ),
     )
+    op.create_table(
+        "questions",
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("project_id", sa.Integer(), nullable=False),
+        sa.Column("key", sa.String(length=80), nullable=False),
+        sa.Column("kind", sa.String(length=10), nullable=False),
+        sa.Column("o1", sa.Integer(), nullable=False),
+        sa.Column("o2", sa.Integer(), nullable=False),
+        sa.Column("o3", sa.Integer(), nullable=True),
+        sa.Column("strategy", sa.String(length=40), nullable=False),
+        sa.Column("strategy_position", sa.Integer(), nullable=False),
+        sa.Column("strategy_ref", sa.JSON(), nullable=True),
+        sa.Column("gold_choice", sa.Integer(), nullable=True),
+        sa.Column("wanted", sa.Integer(), nullable=False),
+        sa.Column("live", sa.Integer(), nullable=False),
+        sa.Column("answered", sa.Integer(), nullable=False),
+        sa.Column("is_open", sa.Boolean(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["project_id"],
+            ["projects.id"],
+            name=op.f("fk_questions_project_id_projects"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_questions")),
+        sa.UniqueConstraint("project_id", "key", name=op.f("uq_questions_project_id_key")),
+    )
+    with op.batch_alter_table("questions", schema=None) as batch_op:
+        batch_op.create_index("ix_questions_open", ["project_id", "is_open", "id"], unique=False)
+
     op.create_table(
         "models",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -196,22 +231,37 @@ def upgrade() -> None:
         "queries",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
         sa.Column("project_id", sa.Integer(), nullable=False),
-        sa.Column("session_id", sa.String(length=36), nullable=True),
+        sa.Column(
+            "question_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False
+        ),
+        sa.Column("session_id", sa.String(length=36), nullable=False),
+        sa.Column("participant_id", sa.Integer(), nullable=False),
         sa.Column("kind", sa.String(length=10), nullable=False),
         sa.Column("o1", sa.Integer(), nullable=False),
         sa.Column("o2", sa.Integer(), nullable=False),
         sa.Column("o3", sa.Integer(), nullable=True),
-        sa.Column("strategy", sa.String(length=40), nullable=False),
-        sa.Column("strategy_ref", sa.JSON(), nullable=True),
-        sa.Column("gold_choice", sa.Integer(), nullable=True),
+        sa.Column("status", sa.String(length=10), nullable=False),
+        sa.Column("is_repeat", sa.Boolean(), nullable=False),
         sa.Column("token", sa.String(length=64), nullable=False),
         sa.Column("issued_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("answered_at", sa.DateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
+            ["participant_id"],
+            ["participants.id"],
+            name=op.f("fk_queries_participant_id_participants"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
             ["project_id"],
             ["projects.id"],
             name=op.f("fk_queries_project_id_projects"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["question_id"],
+            ["questions.id"],
+            name=op.f("fk_queries_question_id_questions"),
             ondelete="CASCADE",
         ),
         sa.ForeignKeyConstraint(
@@ -224,10 +274,13 @@ def upgrade() -> None:
         sa.UniqueConstraint("token", name=op.f("uq_queries_token")),
     )
     with op.batch_alter_table("queries", schema=None) as batch_op:
-        batch_op.create_index(batch_op.f("ix_queries_project_id"), ["project_id"], unique=False)
         batch_op.create_index(
-            "ix_queries_session_open", ["session_id", "answered_at"], unique=False
+            "ix_queries_lease", ["project_id", "status", "expires_at"], unique=False
         )
+        batch_op.create_index(
+            "ix_queries_participant_question", ["participant_id", "question_id"], unique=False
+        )
+        batch_op.create_index("ix_queries_session_status", ["session_id", "status"], unique=False)
 
     op.create_table(
         "answers",
@@ -243,6 +296,8 @@ def upgrade() -> None:
         sa.Column("choice", sa.Integer(), nullable=True),
         sa.Column("source", sa.String(length=10), nullable=False),
         sa.Column("strategy", sa.String(length=40), nullable=True),
+        sa.Column("gold_correct", sa.Boolean(), nullable=True),
+        sa.Column("consistent", sa.Boolean(), nullable=True),
         sa.Column("session_id", sa.String(length=36), nullable=True),
         sa.Column("participant_id", sa.Integer(), nullable=True),
         sa.Column("server_ms", sa.Float(), nullable=True),
@@ -294,8 +349,9 @@ def downgrade() -> None:
 
     op.drop_table("answers")
     with op.batch_alter_table("queries", schema=None) as batch_op:
-        batch_op.drop_index("ix_queries_session_open")
-        batch_op.drop_index(batch_op.f("ix_queries_project_id"))
+        batch_op.drop_index("ix_queries_session_status")
+        batch_op.drop_index("ix_queries_participant_question")
+        batch_op.drop_index("ix_queries_lease")
 
     op.drop_table("queries")
     with op.batch_alter_table("sessions", schema=None) as batch_op:
@@ -307,6 +363,10 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f("ix_models_project_id"))
 
     op.drop_table("models")
+    with op.batch_alter_table("questions", schema=None) as batch_op:
+        batch_op.drop_index("ix_questions_open")
+
+    op.drop_table("questions")
     op.drop_table("participants")
     op.drop_table("objects")
     with op.batch_alter_table("jobs", schema=None) as batch_op:

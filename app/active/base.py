@@ -1,0 +1,92 @@
+"""What a query strategy is: a deterministic, database-free proposer of questions.
+
+A strategy maps (its state, a step number) to the next question it wants asked, and
+(state, an answer) to a new state. State is plain JSON data, so the service can store
+it beside the project and a replay from the same seed proposes the same questions.
+Randomness comes only from ``np.random.default_rng([seed, step])``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A question a strategy wants answered.
+
+    ``objects`` lists the anchor first, then the two candidates (triplet), or the two
+    objects (pair). ``gold_choice`` is the known right answer of a gold question (an
+    object index for a triplet). ``ref`` is the strategy's own note, handed back to it
+    with the answer.
+    """
+
+    kind: str
+    objects: tuple[int, ...]
+    strategy: str
+    gold_choice: int | None = None
+    ref: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """The question's identity, the same in either orientation of its candidates."""
+        if self.kind == "triplet":
+            anchor, first, second = self.objects
+            low, high = sorted((first, second))
+            prefix = "g" if self.gold_choice is not None else "t"
+            return f"{prefix}:{anchor}:{low}:{high}"
+        low, high = sorted(self.objects)
+        return f"p:{low}:{high}"
+
+
+def step_rng(seed: int, step: int) -> np.random.Generator:
+    return np.random.default_rng([seed, step])
+
+
+class Strategy(ABC):
+    """A source of questions; subclasses set ``kind`` and implement :meth:`propose`."""
+
+    kind: ClassVar[str]
+    #: whether a question of this strategy is asked ``redundancy`` times
+    redundant: ClassVar[bool] = True
+
+    def __init__(self, n_objects: int, params: Mapping[str, Any], seed: int) -> None:
+        self.n_objects = n_objects
+        self.params = dict(params)
+        self.seed = seed
+
+    @abstractmethod
+    def propose(self, state: dict[str, Any], step: int) -> Proposal | None:
+        """The next question, or None when this strategy has nothing to ask now."""
+
+    def initial_state(self) -> dict[str, Any]:
+        return {}
+
+    def observe(self, state: dict[str, Any], proposal: Proposal, outcome: int) -> dict[str, Any]:
+        """The state after ``proposal`` was answered with ``outcome`` (passive: unchanged)."""
+        return state
+
+
+def check_indices(values: Sequence[int], n_objects: int, what: str) -> np.ndarray:
+    array = np.asarray(values)
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+        raise ValueError(f"{what} must be a list of object indices")
+    if len(array) and (array.min() < 0 or array.max() >= n_objects):
+        raise ValueError(f"{what} hold an index outside 0..{n_objects - 1}")
+    if len(np.unique(array)) != len(array):
+        raise ValueError(f"{what} repeat an object")
+    return array
+
+
+def check_only(params: Mapping[str, Any], allowed: set[str], kind: str) -> None:
+    unknown = set(params) - allowed
+    if unknown:
+        allowed_text = ", ".join(sorted(allowed)) or "none"
+        raise ValueError(
+            f"unknown params {sorted(unknown)} for strategy {kind!r}; allowed: {allowed_text}"
+        )

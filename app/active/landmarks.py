@@ -1,0 +1,71 @@
+"""The landmark designs of Kleindessner & von Luxburg (2017), §2.3.
+
+k1: the anchor is any object, the two candidates are landmarks; the answers order the
+landmarks by their distance to the anchor, which is what k1's feature map needs.
+k2: the anchor is a landmark, the candidates are an object and another landmark.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from app.active.base import Proposal, Strategy, check_indices, check_only, step_rng
+
+
+class LandmarkTriplets(Strategy):
+    """Triplets of the k1 or k2 landmark design.
+
+    ``params``: ``{"landmarks": [indices]}`` or ``{"n_landmarks": L}`` (chosen uniformly
+    from the seed). The paper uses a few landmarks (10–30) chosen at random; without
+    either parameter we take ``min(15, n_objects)`` as its experiments do for digits.
+    """
+
+    design = "k1"
+
+    def __init__(self, n_objects: int, params: dict[str, Any], seed: int) -> None:
+        super().__init__(n_objects, params, seed)
+        check_only(params, {"landmarks", "n_landmarks"}, self.kind)
+        if "landmarks" in params and "n_landmarks" in params:
+            raise ValueError("give either 'landmarks' or 'n_landmarks', not both")
+        if "landmarks" in params:
+            self.landmarks = check_indices(params["landmarks"], n_objects, "landmarks")
+        else:
+            count = params.get("n_landmarks", min(15, n_objects))
+            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                raise ValueError(f"n_landmarks must be a positive integer, got {count!r}")
+            if count > n_objects:
+                raise ValueError(f"n_landmarks={count} exceeds the {n_objects} objects")
+            self.landmarks = np.sort(
+                np.random.default_rng([seed]).choice(n_objects, count, replace=False)
+            )
+        if len(self.landmarks) < 2:
+            raise ValueError(f"the {self.design} design needs at least 2 landmarks")
+        if n_objects < 3:
+            raise ValueError(f"the {self.design} design needs at least 3 objects")
+
+    def propose(self, state: dict[str, Any], step: int) -> Proposal:
+        rng = step_rng(self.seed, step)
+        if self.design == "k1":
+            anchor = int(rng.integers(self.n_objects))
+            others = self.landmarks[self.landmarks != anchor]
+            first, second = rng.choice(others, 2, replace=False)
+        else:
+            # Anchor x_j and candidate x_k are landmarks; candidate x_i is any other object.
+            anchor, second = rng.choice(self.landmarks, 2, replace=False)
+            first = int(rng.integers(self.n_objects - 2))
+            for taken in sorted((int(anchor), int(second))):
+                first += first >= taken
+        objects = (int(anchor), int(first), int(second))
+        return Proposal("triplet", objects, self.kind, ref={"design": self.design})
+
+
+class LandmarkK1(LandmarkTriplets):
+    kind = "landmark_k1"
+    design = "k1"
+
+
+class LandmarkK2(LandmarkTriplets):
+    kind = "landmark_k2"
+    design = "k2"

@@ -1,0 +1,61 @@
+"""Researcher routes for what to collect: the plan, and the links to hand to workers."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from fastapi import APIRouter, Request
+
+from app.api.deps import OwnedProject, SessionDep, SettingsDep
+from app.errors import NotFound
+from app.schemas.plans import Plan, WorkerLinks
+from app.services.issuance import check_plan
+from app.services.projects import lock_project
+
+router = APIRouter(prefix="/api/projects/{slug}", tags=["plans"])
+
+
+@router.put("/plan", response_model=Plan)
+def update_plan(project: OwnedProject, plan: Plan, db: SessionDep) -> Plan:
+    """Set what to collect. Questions already issued stay valid; budgets count afresh."""
+    check_plan(project, plan)
+    lock_project(db, project)
+    project.plan = plan.model_dump(mode="json")
+    project.plan_state = None
+    db.commit()
+    return plan
+
+
+@router.get("/plan", response_model=Plan)
+def read_plan(project: OwnedProject) -> Plan:
+    if project.plan is None:
+        raise NotFound(f"project {project.slug!r} has no plan yet: PUT one first")
+    return Plan.model_validate(project.plan)
+
+
+@router.get("/link", response_model=WorkerLinks)
+def read_links(project: OwnedProject, request: Request, settings: SettingsDep) -> WorkerLinks:
+    base = (settings.public_url or str(request.base_url)).rstrip("/")
+    worker_url = f"{base}/w/{quote(project.slug)}"
+    prolific = (
+        f"{worker_url}?PROLIFIC_PID={{{{%PROLIFIC_PID%}}}}"
+        f"&STUDY_ID={{{{%STUDY_ID%}}}}&SESSION_ID={{{{%SESSION_ID%}}}}"
+    )
+    external_question = (
+        '<ExternalQuestion xmlns="http://mechanicalturk.amazonaws.com/'
+        'AWSMechanicalTurkDataSchemas/2006-07-14/ExternalQuestion.xsd">'
+        f"<ExternalURL>{worker_url}</ExternalURL><FrameHeight>0</FrameHeight></ExternalQuestion>"
+    )
+    return WorkerLinks(
+        worker_url=worker_url,
+        prolific_url=prolific,
+        mturk_url=worker_url,
+        mturk_external_question=external_question,
+        notes=(
+            "Prolific: paste prolific_url as the study URL and set the completion redirect in "
+            "the plan's completion.redirect_url. Mechanical Turk: create an ExternalQuestion "
+            "HIT with mturk_external_question; MTurk appends workerId, assignmentId, hitId and "
+            "turkSubmitTo itself, and the page submits the assignment when the worker is done. "
+            "Any other channel: share worker_url (optionally with ?participant=ID)."
+        ),
+    )

@@ -1,0 +1,133 @@
+"""The worker API: open a session, get the next question, answer it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, status
+from sqlalchemy import select
+
+from app.api.deps import SessionDep
+from app.db.models import Project, WorkSession
+from app.errors import NotFound
+from app.schemas.plans import Plan
+from app.schemas.worker import (
+    AnswerCreate,
+    AnswerRecorded,
+    MTurkSubmit,
+    NextQuery,
+    PublicProject,
+    SessionCreate,
+    SessionOpened,
+    ShownObject,
+    ShownQuery,
+)
+from app.services import issuance, responses, sessions
+
+router = APIRouter(prefix="/api/w", tags=["worker"])
+
+
+def public_project(db: SessionDep, slug: str) -> Project:
+    project = db.scalar(select(Project).where(Project.slug == slug))
+    if project is None:
+        raise NotFound(f"no project with slug {slug!r}")
+    return project
+
+
+def current_session(
+    db: SessionDep, session_id: str, authorization: Annotated[str | None, Header()] = None
+) -> WorkSession:
+    return sessions.authenticate_session(db, session_id, authorization)
+
+
+ProjectDep = Annotated[Project, Depends(public_project)]
+WorkSessionDep = Annotated[WorkSession, Depends(current_session)]
+
+
+@router.get("/{slug}", response_model=PublicProject)
+def read_public_project(project: ProjectDep) -> PublicProject:
+    return PublicProject(
+        slug=project.slug,
+        name=project.name,
+        instructions=project.instructions,
+        consent=project.consent,
+        question=project.question,
+        pair_question=project.pair_question,
+        accepting=project.plan is not None,
+    )
+
+
+@router.post("/{slug}/sessions", status_code=status.HTTP_201_CREATED, response_model=SessionOpened)
+def create_session(project: ProjectDep, data: SessionCreate, db: SessionDep) -> SessionOpened:
+    """Open (or resume) the session of the participant named by the platform parameters."""
+    identity = sessions.identify(data.model_dump(exclude_none=True))
+    total = Plan.model_validate(project.plan).queries_per_session if project.plan else 0
+    work, token = sessions.open_session(db, project, identity, total)
+    return SessionOpened(
+        session_id=work.id, session_token=token, total=work.total, answered=work.answered
+    )
+
+
+@router.get("/sessions/{session_id}/next", response_model=NextQuery)
+def read_next_query(work: WorkSessionDep, db: SessionDep) -> NextQuery:
+    """The open question of the session (the same one until it is answered), or the end."""
+    project = db.get(Project, work.project_id)
+    assert project is not None
+    issued = issuance.next_query(db, project, work)
+    if issued.query is not None:
+        objects = issuance.query_objects(db, project, issued.query)
+        return NextQuery(
+            query=ShownQuery(
+                token=issued.query.token,
+                kind=issued.query.kind,
+                objects=[
+                    ShownObject(index=o.index, name=o.name, text=o.text, image_url=o.image_url)
+                    for o in objects
+                ],
+                position=work.answered + 1,
+                total=work.total,
+            )
+        )
+    return _done(db, project, work, issued.message)
+
+
+def _done(db: SessionDep, project: Project, work: WorkSession, message: str) -> NextQuery:
+    if work.finished_at is None:
+        return NextQuery(done=True, message=message or "There is nothing to answer right now.")
+    code = sessions.completion_code(work.id)
+    plan = Plan.model_validate(project.plan) if project.plan else None
+    redirect = plan.completion.redirect_url if plan else None
+    participant = sessions.participant_of(db, work)
+    submit = None
+    params = participant.platform_params or {}
+    if (
+        participant.platform == "mturk"
+        and params.get("turkSubmitTo")
+        and params.get("assignmentId")
+    ):
+        submit = MTurkSubmit(
+            url=params["turkSubmitTo"].rstrip("/") + "/mturk/externalSubmit",
+            assignmentId=params["assignmentId"],
+        )
+    return NextQuery(
+        done=True,
+        completion_code=code,
+        redirect_url=redirect.replace("{code}", code) if redirect else None,
+        message=message or "Thank you! You have answered every question.",
+        mturk_submit=submit,
+    )
+
+
+@router.post(
+    "/sessions/{session_id}/answers",
+    status_code=status.HTTP_201_CREATED,
+    response_model=AnswerRecorded,
+)
+def create_answer(work: WorkSessionDep, data: AnswerCreate, db: SessionDep) -> AnswerRecorded:
+    """Record the answer to the question ``token``; resending the same answer is harmless."""
+    project = db.get(Project, work.project_id)
+    assert project is not None
+    work = responses.record_answer(db, project, work, data.token, data.choice, data.client_ms)
+    return AnswerRecorded(
+        answered=work.answered, total=work.total, done=work.finished_at is not None
+    )

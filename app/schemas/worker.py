@@ -1,0 +1,81 @@
+"""Request and response shapes of the worker API."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+
+class PublicProject(BaseModel):
+    slug: str
+    name: str
+    instructions: str
+    consent: str
+    question: str
+    pair_question: str
+    accepting: bool
+
+
+class SessionCreate(BaseModel):
+    """Platform parameters from the worker's URL; give one family (or none: anonymous)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    PROLIFIC_PID: str | None = None
+    STUDY_ID: str | None = None
+    SESSION_ID: str | None = None
+    workerId: str | None = None  # noqa: N815 - Mechanical Turk's own spelling
+    assignmentId: str | None = None  # noqa: N815
+    hitId: str | None = None  # noqa: N815
+    turkSubmitTo: str | None = None  # noqa: N815
+    participant: str | None = None
+    anonymous_id: str | None = None
+
+
+class SessionOpened(BaseModel):
+    session_id: str
+    session_token: str
+    total: int
+    answered: int
+
+
+class ShownObject(BaseModel):
+    index: int
+    name: str
+    text: str | None
+    image_url: str | None
+
+
+class ShownQuery(BaseModel):
+    token: str
+    kind: str
+    objects: list[ShownObject]
+    position: int = Field(description="1-based number of this question in the session")
+    total: int
+
+
+class MTurkSubmit(BaseModel):
+    url: str
+    assignmentId: str  # noqa: N815
+
+
+class NextQuery(BaseModel):
+    query: ShownQuery | None = None
+    done: bool = False
+    completion_code: str | None = None
+    redirect_url: str | None = None
+    message: str | None = None
+    mturk_submit: MTurkSubmit | None = None
+
+
+class AnswerCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    token: str = Field(min_length=1, max_length=64)
+    choice: StrictInt
+    client_ms: float | None = Field(default=None, allow_inf_nan=False)
+
+
+class AnswerRecorded(BaseModel):
+    answered: int
+    total: int
+    done: bool

@@ -1,0 +1,300 @@
+"""Which question a worker sees next: leases, redundancy, repeats, and the plan's strategies.
+
+Issuing for a project happens under that project's row lock (and SQLite's write lock),
+so two sessions never take the same last question and budgets are never overrun.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+from sqlalchemy import exists, select, update
+from sqlalchemy.orm import Session
+
+from app.active.base import Proposal
+from app.active.planner import Planner
+from app.config import get_settings
+from app.db.models import Object, Project, Query, Question, WorkSession, utcnow
+from app.errors import InvalidInput
+from app.schemas.plans import Plan
+from app.services.projects import lock_project
+from app.services.sessions import completion_code, completion_code_hash
+
+MAX_PROPOSALS = 25  # proposals tried per issue before a strategy counts as stuck
+MIN_ANSWERS_BEFORE_REPEAT = 3
+
+
+@dataclass
+class Issued:
+    query: Query | None
+    done: bool = False
+    message: str = ""
+
+
+def planner_for(project: Project, plan: Plan | None = None) -> Planner:
+    """The planner of ``project``'s plan; ``ValueError`` if the plan cannot run on it."""
+    plan = plan or Plan.model_validate(project.plan)
+    specs = [s.model_dump() for s in plan.strategies]
+    return Planner(specs, project.n_objects, plan.seed, gold_rate=plan.gold_rate)
+
+
+def open_query(db: Session, work: WorkSession) -> Query | None:
+    """The question this session holds and has not answered, if its lease still runs."""
+    return db.scalar(
+        select(Query)
+        .where(Query.session_id == work.id, Query.status == "issued", Query.expires_at > utcnow())
+        .order_by(Query.id.desc())
+        .limit(1)
+    )
+
+
+def next_query(db: Session, project: Project, work: WorkSession) -> Issued:
+    """The session's open question, or a newly issued one, or the end of the session."""
+    if work.finished_at is not None:
+        return Issued(None, done=True)
+    current = open_query(db, work)
+    if current is not None:
+        return Issued(current)
+    if work.answered >= work.total:
+        finish_session(db, work)
+        db.commit()
+        return Issued(None, done=True)
+    if not project.plan:
+        return Issued(None, done=True, message="This study is not collecting answers right now.")
+
+    lock_project(db, project)
+    db.refresh(work)
+    now = utcnow()
+    expire_leases(db, project, now)
+    plan = Plan.model_validate(project.plan)
+    rng = np.random.default_rng([plan.seed, _session_number(work.id), work.answered, 7])
+    question, is_repeat = _repeat_question(db, work, plan, rng)
+    if question is None:
+        question = _open_question(db, project, work) or _new_question(db, project, work, plan)
+    if question is None:
+        message = "This study has collected all the answers it needs. Thank you!"
+        if work.answered:
+            finish_session(db, work)
+        db.commit()
+        return Issued(None, done=True, message=message)
+
+    query = _issue(db, project, work, question, is_repeat, rng, now)
+    db.commit()
+    return Issued(query)
+
+
+def expire_leases(db: Session, project: Project, now: datetime) -> None:
+    """Free the questions whose lease ran out, so someone else may be asked."""
+    expired = db.execute(
+        update(Query)
+        .where(Query.project_id == project.id, Query.status == "issued", Query.expires_at <= now)
+        .values(status="expired")
+        .returning(Query.question_id, Query.is_repeat)
+    ).all()
+    # Repeats never held a place among a question's wanted answers.
+    freed = Counter(question_id for question_id, is_repeat in expired if not is_repeat)
+    for question_id, count in freed.items():
+        db.execute(
+            update(Question)
+            .where(Question.id == question_id)
+            .values(
+                live=Question.live - count,
+                is_open=Question.answered + Question.live - count < Question.wanted,
+            )
+        )
+
+
+def _session_number(session_id: str) -> int:
+    return int(session_id.replace("-", "")[:8], 16)
+
+
+def _seen(work: WorkSession):  # type: ignore[no-untyped-def]
+    """SQL: this participant has been issued the question already."""
+    return exists().where(
+        Query.participant_id == work.participant_id, Query.question_id == Question.id
+    )
+
+
+def _repeat_question(
+    db: Session, work: WorkSession, plan: Plan, rng: np.random.Generator
+) -> tuple[Question | None, bool]:
+    """Now and then, a question this session answered, to be asked again mirrored."""
+    if plan.repeat_rate == 0 or work.answered < MIN_ANSWERS_BEFORE_REPEAT:
+        return None, False
+    if rng.random() >= plan.repeat_rate:
+        return None, False
+    repeated = select(Query.question_id).where(Query.session_id == work.id, Query.is_repeat)
+    candidates = db.scalars(
+        select(Question)
+        .join(Query, Query.question_id == Question.id)
+        .where(
+            Query.session_id == work.id,
+            Query.status == "answered",
+            Question.gold_choice.is_(None),
+            Question.id.not_in(repeated),
+        )
+        .order_by(Question.id)
+    ).all()
+    if not candidates:
+        return None, False
+    return candidates[int(rng.integers(len(candidates)))], True
+
+
+def _open_question(db: Session, project: Project, work: WorkSession) -> Question | None:
+    """A question that still needs answers and that this participant has not seen."""
+    return db.scalar(
+        select(Question)
+        .where(Question.project_id == project.id, Question.is_open, ~_seen(work))
+        .order_by(Question.id)
+        .limit(1)
+    )
+
+
+def _new_question(db: Session, project: Project, work: WorkSession, plan: Plan) -> Question | None:
+    """Ask the plan's strategies for a question this participant has not seen."""
+    planner = planner_for(project, plan)
+    state: dict[str, Any] = project.plan_state or planner.initial_state()
+    step = project.plan_step
+    try:
+        for _ in range(MAX_PROPOSALS):
+            proposed = planner.propose(state, step)
+            step += 1
+            if proposed is None:
+                return None
+            position, proposal = proposed
+            existing = db.scalar(
+                select(Question).where(
+                    Question.project_id == project.id, Question.key == proposal.key
+                )
+            )
+            if existing is None:
+                question = _create_question(db, project, proposal, position, planner, plan)
+                if position >= 0:
+                    state = {**state, "created": [*state["created"]]}
+                    state["created"][position] += 1
+                return question
+            seen = db.scalar(
+                select(
+                    exists().where(
+                        Query.participant_id == work.participant_id,
+                        Query.question_id == existing.id,
+                    )
+                )
+            )
+            if existing.is_open and not seen:
+                return existing
+        return None
+    finally:
+        project.plan_state = state
+        project.plan_step = step
+
+
+def _create_question(
+    db: Session, project: Project, proposal: Proposal, position: int, planner: Planner, plan: Plan
+) -> Question:
+    strategy = planner.planned[position].strategy if position >= 0 else planner.gold_source
+    wanted = plan.redundancy if strategy is not None and strategy.redundant else 1
+    objects = [*proposal.objects, None][:3]
+    question = Question(
+        project_id=project.id,
+        key=proposal.key,
+        kind=proposal.kind,
+        o1=objects[0],
+        o2=objects[1],
+        o3=objects[2],
+        strategy=proposal.strategy,
+        strategy_position=position,
+        strategy_ref=proposal.ref or None,
+        gold_choice=proposal.gold_choice,
+        wanted=wanted,
+        live=0,
+        answered=0,
+        is_open=True,
+    )
+    db.add(question)
+    db.flush()
+    return question
+
+
+def _issue(
+    db: Session,
+    project: Project,
+    work: WorkSession,
+    question: Question,
+    is_repeat: bool,
+    rng: np.random.Generator,
+    now: datetime,
+) -> Query:
+    """Hand ``question`` to ``work`` with a fresh token; candidates in random order."""
+    if question.kind == "triplet":
+        left, right = question.o2, question.o3
+        if is_repeat:
+            original = db.scalar(
+                select(Query).where(Query.session_id == work.id, Query.question_id == question.id)
+            )
+            assert original is not None
+            left, right = original.o3, original.o2  # mirrored
+        elif rng.random() < 0.5:
+            left, right = right, left
+        shown = (question.o1, left, right)
+    else:
+        first, second = question.o1, question.o2
+        if rng.random() < 0.5:
+            first, second = second, first
+        shown = (first, second, None)
+    query = Query(
+        project_id=project.id,
+        question_id=question.id,
+        session_id=work.id,
+        participant_id=work.participant_id,
+        kind=question.kind,
+        o1=shown[0],
+        o2=shown[1],
+        o3=shown[2],
+        status="issued",
+        is_repeat=is_repeat,
+        token=secrets.token_urlsafe(24),
+        issued_at=now,
+        expires_at=now + timedelta(seconds=get_settings().lease_seconds),
+    )
+    db.add(query)
+    if not is_repeat:
+        db.execute(
+            update(Question)
+            .where(Question.id == question.id)
+            .values(
+                live=Question.live + 1,
+                is_open=Question.answered + Question.live + 1 < Question.wanted,
+            )
+        )
+    db.flush()
+    return query
+
+
+def finish_session(db: Session, work: WorkSession) -> None:
+    if work.finished_at is None:
+        work.finished_at = utcnow()
+        work.completion_code_hash = completion_code_hash(completion_code(work.id))
+
+
+def query_objects(db: Session, project: Project, query: Query) -> list[Object]:
+    """The query's objects in the order shown."""
+    indices = [i for i in (query.o1, query.o2, query.o3) if i is not None]
+    rows = db.scalars(
+        select(Object).where(Object.project_id == project.id, Object.index.in_(set(indices)))
+    ).all()
+    by_index = {o.index: o for o in rows}
+    return [by_index[i] for i in indices]
+
+
+def check_plan(project: Project, plan: Plan) -> None:
+    """Refuse a plan its project cannot run (422 naming the strategy and the reason)."""
+    try:
+        planner_for(project, plan)
+    except ValueError as error:
+        raise InvalidInput(str(error)) from error

@@ -1,0 +1,144 @@
+"""Quality control: per-participant figures, and flags for those below the thresholds."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from sqlalchemy import case, func, select
+from sqlalchemy.orm import Session
+
+from app.db.models import Answer, Participant, Project
+from app.errors import NotFound
+from app.schemas.plans import Plan, QualityThresholds
+
+
+@dataclass
+class ParticipantQuality:
+    id: int
+    platform: str
+    external_id: str
+    flagged: bool
+    flag_reason: str
+    flag_manual: bool
+    n_answers: int
+    gold_answers: int
+    gold_accuracy: float | None
+    fast_share: float | None
+    left_share: float | None
+    position_bias: float | None
+    repeats: int
+    consistency: float | None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _figures(db: Session, project: Project, min_answer_ms: int, participant_id: int | None = None):  # type: ignore[no-untyped-def]
+    elapsed = func.coalesce(Answer.client_ms, Answer.server_ms)
+    statement = (
+        select(
+            Participant,
+            func.count(Answer.id),
+            func.count(Answer.gold_correct),
+            func.sum(case((Answer.gold_correct, 1), else_=0)),
+            func.sum(case((elapsed < min_answer_ms, 1), else_=0)),
+            func.sum(case((Answer.position == -1, 1), else_=0)),
+            func.sum(case((Answer.position.in_((-1, 1)), 1), else_=0)),
+            func.count(Answer.consistent),
+            func.sum(case((Answer.consistent, 1), else_=0)),
+        )
+        .outerjoin(Answer, Answer.participant_id == Participant.id)
+        .where(Participant.project_id == project.id)
+        .group_by(Participant.id)
+        .order_by(Participant.id)
+    )
+    if participant_id is not None:
+        statement = statement.where(Participant.id == participant_id)
+    for row in db.execute(statement):
+        participant, n, gold_n, gold_ok, fast, left, sided, repeat_n, repeat_ok = row
+        gold_ok, fast, left, sided, repeat_ok = (
+            int(v or 0) for v in (gold_ok, fast, left, sided, repeat_ok)
+        )
+        left_share = left / sided if sided else None
+        yield (
+            ParticipantQuality(
+                id=participant.id,
+                platform=participant.platform,
+                external_id=participant.external_id,
+                flagged=participant.flagged,
+                flag_reason=participant.flag_reason,
+                flag_manual=participant.flag_manual,
+                n_answers=n,
+                gold_answers=gold_n,
+                gold_accuracy=gold_ok / gold_n if gold_n else None,
+                fast_share=fast / n if n else None,
+                left_share=left_share,
+                position_bias=abs(left_share - 0.5) * 2 if left_share is not None else None,
+                repeats=repeat_n,
+                consistency=repeat_ok / repeat_n if repeat_n else None,
+            ),
+            participant,
+        )
+
+
+def list_quality(db: Session, project: Project) -> list[ParticipantQuality]:
+    plan = Plan.model_validate(project.plan) if project.plan else None
+    min_ms = plan.min_answer_ms if plan else 0
+    return [quality for quality, _ in _figures(db, project, min_ms)]
+
+
+def failures(quality: ParticipantQuality, thresholds: QualityThresholds) -> list[str]:
+    """The checks ``quality`` fails, in words; empty when it passes or is too early to judge."""
+    if quality.n_answers < thresholds.min_answers:
+        return []
+    reasons = []
+    if (
+        quality.gold_accuracy is not None
+        and quality.gold_answers >= 3
+        and quality.gold_accuracy < thresholds.min_gold_accuracy
+    ):
+        reasons.append(
+            f"gold accuracy {quality.gold_accuracy:.0%} < {thresholds.min_gold_accuracy:.0%}"
+        )
+    if quality.fast_share is not None and quality.fast_share > thresholds.max_fast_share:
+        reasons.append(
+            f"{quality.fast_share:.0%} of answers too fast (> {thresholds.max_fast_share:.0%})"
+        )
+    if quality.position_bias is not None and quality.position_bias > thresholds.max_position_bias:
+        reasons.append(
+            f"position bias {quality.position_bias:.2f} > {thresholds.max_position_bias:.2f}"
+        )
+    if (
+        quality.consistency is not None
+        and quality.repeats >= 3
+        and quality.consistency < thresholds.min_consistency
+    ):
+        reasons.append(
+            f"self-consistency {quality.consistency:.0%} < {thresholds.min_consistency:.0%}"
+        )
+    return reasons
+
+
+def review_participant(db: Session, project: Project, participant_id: int, plan: Plan) -> None:
+    """Flag the participant automatically if they fail a check (never after a manual decision)."""
+    for quality, participant in _figures(db, project, plan.min_answer_ms, participant_id):
+        if participant.flag_manual:
+            return
+        reasons = failures(quality, plan.quality)
+        participant.flagged = bool(reasons)
+        participant.flag_reason = "; ".join(reasons)
+
+
+def set_flag(
+    db: Session, project: Project, participant_id: int, flagged: bool, reason: str
+) -> ParticipantQuality:
+    participant = db.get(Participant, participant_id)
+    if participant is None or participant.project_id != project.id:
+        raise NotFound(f"project {project.slug!r} has no participant {participant_id}")
+    participant.flagged = flagged
+    participant.flag_manual = True
+    participant.flag_reason = reason or ("flagged by a researcher" if flagged else "")
+    db.commit()
+    plan = Plan.model_validate(project.plan) if project.plan else None
+    min_ms = plan.min_answer_ms if plan else 0
+    return next(q for q, _ in _figures(db, project, min_ms, participant_id))

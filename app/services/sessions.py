@@ -1,0 +1,157 @@
+"""Participants and their sessions: who is answering, with which token, and their code."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+import uuid
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.config import get_settings
+from app.db.models import Participant, Project, WorkSession
+from app.errors import InvalidInput, NotFound, Unauthorized
+
+MTURK_PREVIEW = "ASSIGNMENT_ID_NOT_AVAILABLE"
+MTURK_SUBMIT_HOSTS = ("https://www.mturk.com", "https://workersandbox.mturk.com")
+_PLATFORM_KEYS = {
+    "prolific": ("PROLIFIC_PID", "STUDY_ID", "SESSION_ID"),
+    "mturk": ("workerId", "assignmentId", "hitId", "turkSubmitTo"),
+}
+
+
+@dataclass
+class Identity:
+    platform: str
+    external_id: str
+    params: dict[str, str]
+
+
+def identify(params: dict[str, Any]) -> Identity:
+    """Who is asking, from the platform parameters of the worker's URL."""
+    clean = {}
+    for key, value in params.items():
+        if value is None:
+            continue
+        if not isinstance(value, str) or not 0 < len(value) <= 200 or not value.isprintable():
+            raise InvalidInput(f"{key} must be a printable string of 1 to 200 characters")
+        clean[key] = value
+    if "PROLIFIC_PID" in clean:
+        platform, external = "prolific", clean["PROLIFIC_PID"]
+    elif "workerId" in clean:
+        if clean.get("assignmentId") == MTURK_PREVIEW:
+            raise InvalidInput("this is a Mechanical Turk preview: accept the HIT to start")
+        submit = clean.get("turkSubmitTo")
+        if submit is not None and not submit.rstrip("/").startswith(MTURK_SUBMIT_HOSTS):
+            raise InvalidInput(f"turkSubmitTo must be one of {', '.join(MTURK_SUBMIT_HOSTS)}")
+        platform, external = "mturk", clean["workerId"]
+    elif "participant" in clean:
+        platform, external = "link", clean["participant"]
+    elif "anonymous_id" in clean:
+        platform, external = "anonymous", clean["anonymous_id"]
+    else:
+        platform, external = "anonymous", secrets.token_urlsafe(12)
+    kept = {k: v for k, v in clean.items() if k in sum(_PLATFORM_KEYS.values(), ())}
+    return Identity(platform, external, kept)
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def open_session(
+    db: Session, project: Project, identity: Identity, total: int
+) -> tuple[WorkSession, str]:
+    """The participant's session (resumed if they have one) and a fresh token for it."""
+    participant = db.scalar(
+        select(Participant).where(
+            Participant.project_id == project.id,
+            Participant.platform == identity.platform,
+            Participant.external_id == identity.external_id,
+        )
+    )
+    if participant is None:
+        participant = Participant(
+            project_id=project.id,
+            platform=identity.platform,
+            external_id=identity.external_id,
+            platform_params=identity.params,
+        )
+        db.add(participant)
+        db.flush()
+    work = db.scalar(
+        select(WorkSession)
+        .where(WorkSession.participant_id == participant.id)
+        .order_by(WorkSession.created_at.desc())
+        .limit(1)
+    )
+    token = secrets.token_urlsafe(32)
+    if work is None:
+        work = WorkSession(
+            id=str(uuid.uuid4()),
+            project_id=project.id,
+            participant_id=participant.id,
+            token_hash=_hash(token),
+            total=total,
+            answered=0,
+        )
+        db.add(work)
+    else:
+        # Resuming hands out a new token; the old browser tab's token stops working.
+        work.token_hash = _hash(token)
+        if identity.params:
+            participant.platform_params = {**participant.platform_params, **identity.params}
+    db.commit()
+    return work, token
+
+
+def authenticate_session(db: Session, session_id: str, authorization: str | None) -> WorkSession:
+    """The session named in the path, if the bearer token is its own."""
+    if not authorization or not authorization.lower().startswith("bearer "):
+        raise Unauthorized("send the session token as 'Authorization: Bearer <session_token>'")
+    work = db.get(WorkSession, session_id)
+    if work is None:
+        raise NotFound(f"no session {session_id!r}")
+    token = authorization.split(" ", 1)[1].strip()
+    if not hmac.compare_digest(work.token_hash, _hash(token)):
+        raise Unauthorized(
+            "this token does not belong to this session (it may have been resumed elsewhere)"
+        )
+    return work
+
+
+@lru_cache
+def _secret(data_dir: str, configured: str) -> bytes:
+    if configured:
+        return configured.encode()
+    path = get_settings().data_dir / "secret.key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(32))
+    return path.read_text().strip().encode()
+
+
+def completion_code(session_id: str) -> str:
+    """The session's completion code: derived from the server's secret, so it can be shown
+    again without being stored; only its hash is kept, for checking codes."""
+    settings = get_settings()
+    digest = hmac.new(
+        _secret(str(settings.data_dir), settings.secret_key), session_id.encode(), "sha256"
+    )
+    return base64.b32encode(digest.digest()).decode()[:10]
+
+
+def completion_code_hash(code: str) -> str:
+    return _hash(code)
+
+
+def participant_of(db: Session, work: WorkSession) -> Participant:
+    participant = db.get(Participant, work.participant_id)
+    assert participant is not None  # a foreign key guarantees it
+    return participant
