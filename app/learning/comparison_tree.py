@@ -537,7 +537,8 @@ class ComparisonTreeRouter(_VoteMachine):
             or (objects.size and objects.min() < 0)
         ):
             raise ValueError("objects must be a 1-D array of non-negative integer indices")
-        if len(np.unique(objects)) != len(objects):
+        ranked = np.sort(objects)
+        if np.any(ranked[1:] == ranked[:-1]):
             raise ValueError("objects must be distinct")
         self.tree = tree
         self.redundancy = _check_int(redundancy, "redundancy", 1)
@@ -548,7 +549,6 @@ class ComparisonTreeRouter(_VoteMachine):
         self.n_queries_ = 0
         self.n_asks_ = 0
         self._advance_pivots(np.arange(len(objects)))
-        self._index = {int(o): i for i, o in enumerate(self.objects)}
 
     @property
     def is_complete(self) -> bool:
@@ -586,10 +586,12 @@ class ComparisonTreeRouter(_VoteMachine):
     def record_batch(self, queries: ArrayLike, answers: ArrayLike) -> np.ndarray:
         q = _check_queries(queries)
         ans = _check_answers(answers, len(q))
-        missing = [int(a) for a in q[:, 0] if int(a) not in self._index]
-        if missing:
-            raise ValueError(f"object {missing[0]} is not being routed by this router")
-        slots = np.array([self._index[int(a)] for a in q[:, 0]], dtype=np.intp)
+        ranked = np.argsort(self.objects, kind="stable")
+        found = np.searchsorted(self.objects, q[:, 0], sorter=ranked)
+        slots = ranked[np.minimum(found, len(ranked) - 1)] if len(ranked) else found
+        missing = (found >= len(ranked)) | (self.objects[slots] != q[:, 0])
+        if np.any(missing):
+            raise ValueError(f"object {int(q[missing, 0][0])} is not being routed by this router")
         t, node = self.tree, self.node[slots]
         straight = (t.pivot1[node] == q[:, 1]) & (t.pivot2[node] == q[:, 2])
         flipped = (t.pivot1[node] == q[:, 2]) & (t.pivot2[node] == q[:, 1])
@@ -601,7 +603,8 @@ class ComparisonTreeRouter(_VoteMachine):
         if len(slots) == 0:
             return
         self._add_votes(slots, answers, unique)
-        slots = np.unique(slots)
+        if not unique:
+            slots = np.flatnonzero(np.bincount(slots, minlength=len(self.node)))
         decided, left = self._decided(slots)
         slots, left = slots[decided], left[decided]
         self.node[slots] = self.tree.child[self.node[slots]] + ~left
