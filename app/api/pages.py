@@ -55,7 +55,9 @@ def paragraphs(text: str) -> list[str]:
     return [block for block in blocks if block]
 
 
-@router.get("/w/{slug}", response_class=HTMLResponse, include_in_schema=False)
+@router.api_route(
+    "/w/{slug}", methods=["GET", "HEAD"], response_class=HTMLResponse, include_in_schema=False
+)
 def read_worker_page(request: Request, slug: str, db: SessionDep) -> HTMLResponse:
     """The comparison page of project ``slug``; an unknown slug gets a plain 404 page."""
     try:

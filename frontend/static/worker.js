@@ -1,0 +1,637 @@
+// The crowd worker's comparison page: instructions → questions → completion code.
+//
+// Talks only to the worker API (/api/w/...). Every piece of project or object text is put
+// into the page with textContent or attributes, never parsed as HTML. An answer is sent
+// once per question token and, when the connection fails, re-sent with the same token and
+// the same choice until the server acknowledges it (the API stores a re-sent answer once).
+(() => {
+  "use strict";
+
+  const config = JSON.parse(document.getElementById("config").textContent);
+  const $ = (id) => document.getElementById(id);
+
+  const MTURK_PREVIEW = "ASSIGNMENT_ID_NOT_AVAILABLE";
+  const REDIRECT_SECONDS = 3;
+  const REQUEST_TIMEOUT_MS = 20000;
+  const IMAGE_TIMEOUT_MS = 20000;
+  const BACKOFF_FIRST_MS = 500;
+  const BACKOFF_MAX_MS = 8000;
+
+  const state = {
+    sessionId: null,
+    sessionToken: null,
+    total: 0,
+    answered: 0,
+    query: null, // the question on screen
+    shownAt: 0, // performance.now() when it became visible
+    busy: true, // true while loading or while an answer is in flight: input is ignored
+  };
+
+  // ---- storage (may be unavailable: private windows, third-party iframes) ----------------
+
+  const memoryStore = {};
+  function storeGet(key) {
+    try {
+      return window.localStorage.getItem(key);
+    } catch (_) {
+      return Object.prototype.hasOwnProperty.call(memoryStore, key) ? memoryStore[key] : null;
+    }
+  }
+  function storeSet(key, value) {
+    try {
+      window.localStorage.setItem(key, value);
+    } catch (_) {
+      memoryStore[key] = value;
+    }
+  }
+
+  function randomId() {
+    const bytes = new Uint8Array(16);
+    window.crypto.getRandomValues(bytes);
+    return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
+
+  function anonymousId() {
+    const key = "tripletlab.anonymous_id";
+    let id = storeGet(key);
+    if (!id || !/^[0-9a-f]{32}$/.test(id)) {
+      id = randomId();
+      storeSet(key, id);
+    }
+    return id;
+  }
+
+  // ---- who is answering: platform parameters from the URL -------------------------------
+
+  function pick(query, names) {
+    const params = {};
+    for (const name of names) {
+      const value = query.get(name);
+      if (value) params[name] = value;
+    }
+    return params;
+  }
+
+  function readPlatform() {
+    const query = new URLSearchParams(window.location.search);
+    if (query.get("PROLIFIC_PID")) {
+      const params = pick(query, ["PROLIFIC_PID", "STUDY_ID", "SESSION_ID"]);
+      return { kind: "prolific", params, identity: params.PROLIFIC_PID };
+    }
+    if (query.get("assignmentId") || query.get("workerId")) {
+      if (query.get("assignmentId") === MTURK_PREVIEW) return { kind: "preview" };
+      const params = pick(query, ["workerId", "assignmentId", "hitId", "turkSubmitTo"]);
+      return { kind: "mturk", params, identity: `${params.workerId}/${params.assignmentId}` };
+    }
+    if (query.get("participant")) {
+      const participant = query.get("participant");
+      return { kind: "link", params: { participant }, identity: participant };
+    }
+    const id = anonymousId();
+    return { kind: "anonymous", params: { anonymous_id: id }, identity: id };
+  }
+
+  const platform = readPlatform();
+  const startedKey = `tripletlab.started.${config.slug}.${platform.kind}.${platform.identity}`;
+
+  // ---- screens, status line, announcements ------------------------------------------------
+
+  const SCREENS = ["intro", "loading", "question", "done", "problem"];
+  function showScreen(name) {
+    for (const id of SCREENS) $(id).hidden = id !== name;
+  }
+
+  let statusTimer = null;
+  function setStatus(text, tone) {
+    const el = $("status");
+    window.clearTimeout(statusTimer);
+    el.textContent = text || "";
+    el.className = `status${text ? " visible" : ""}${tone ? ` ${tone}` : ""}`;
+  }
+  function flashStatus(text, tone) {
+    setStatus(text, tone);
+    statusTimer = window.setTimeout(() => setStatus(""), 4000);
+  }
+
+  function announce(text) {
+    const el = $("announce");
+    el.textContent = "";
+    // A fresh text node in a later task makes screen readers speak it even if unchanged.
+    window.setTimeout(() => {
+      el.textContent = text;
+    }, 50);
+  }
+
+  function updateProgress() {
+    const total = Math.max(state.total, 0);
+    const done = Math.min(state.answered, total);
+    const bar = $("progressbar");
+    bar.setAttribute("aria-valuemax", String(total));
+    bar.setAttribute("aria-valuenow", String(done));
+    bar.setAttribute("aria-valuetext", `${done} of ${total} answered`);
+    $("progress-fill").style.transform = `scaleX(${total ? done / total : 0})`;
+    $("progress-text").textContent =
+      state.query && done < total ? `Question ${done + 1} of ${total}` : `${done} of ${total} done`;
+    $("progress").hidden = total === 0;
+  }
+
+  // ---- network: JSON requests that survive a lost connection ------------------------------
+
+  function sleep(ms) {
+    // Wakes early when the browser says the connection is back.
+    return new Promise((resolve) => {
+      const done = () => {
+        window.clearTimeout(timer);
+        window.removeEventListener("online", done);
+        resolve();
+      };
+      const timer = window.setTimeout(done, ms);
+      window.addEventListener("online", done);
+    });
+  }
+
+  function retryable(status) {
+    return status === 0 || status === 408 || status === 429 || status >= 500;
+  }
+
+  async function sendOnce(method, url, body, auth) {
+    const headers = { Accept: "application/json" };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    if (auth) headers.Authorization = `Bearer ${state.sessionToken}`;
+    const controller = new AbortController();
+    const timer = window.setTimeout(() => controller.abort(), REQUEST_TIMEOUT_MS);
+    try {
+      const response = await fetch(url, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: controller.signal,
+        credentials: "same-origin",
+        cache: "no-store",
+      });
+      let data = {};
+      try {
+        data = await response.json();
+      } catch (_) {
+        data = {};
+      }
+      return { status: response.status, data: data || {} };
+    } catch (_) {
+      return { status: 0, data: {} }; // offline, refused, reset, timed out
+    } finally {
+      window.clearTimeout(timer);
+    }
+  }
+
+  // The same request (same body: same token, same choice) until the server answers it.
+  async function request(method, url, body, { auth = true, what = "" } = {}) {
+    let delay = BACKOFF_FIRST_MS;
+    let failed = false;
+    for (;;) {
+      const result = await sendOnce(method, url, body, auth);
+      if (!retryable(result.status)) {
+        if (failed) flashStatus("Connection restored.", "ok");
+        return result;
+      }
+      failed = true;
+      const kept = what ? ` ${what}` : "";
+      setStatus(`Connection lost — retrying…${kept}`, "warn");
+      await sleep(delay);
+      delay = Math.min(delay * 2, BACKOFF_MAX_MS);
+    }
+  }
+
+  function detail(result, fallback) {
+    const text = result.data && typeof result.data.detail === "string" ? result.data.detail : "";
+    return text || fallback;
+  }
+
+  // ---- objects and questions --------------------------------------------------------------
+
+  function loadImage(url, alt) {
+    const img = new Image();
+    img.alt = alt;
+    img.decoding = "async";
+    const ready = new Promise((resolve) => {
+      const timer = window.setTimeout(() => resolve(false), IMAGE_TIMEOUT_MS);
+      const finish = (ok) => {
+        window.clearTimeout(timer);
+        resolve(ok);
+      };
+      img.addEventListener("load", () => {
+        if (typeof img.decode === "function") {
+          img.decode().then(
+            () => finish(true),
+            () => finish(true),
+          );
+        } else {
+          finish(true);
+        }
+      });
+      img.addEventListener("error", () => finish(false));
+    });
+    img.src = url;
+    return { img, ready };
+  }
+
+  // One object's content inside ``container``; returns a promise settled when it is loaded.
+  function fillObject(container, obj) {
+    let ready = Promise.resolve(true);
+    if (obj.image_url) {
+      const media = document.createElement("span");
+      media.className = "media";
+      const { img, ready: loaded } = loadImage(obj.image_url, obj.name);
+      media.appendChild(img);
+      container.appendChild(media);
+      ready = loaded.then((ok) => {
+        if (!ok) {
+          media.classList.add("broken");
+          const note = document.createElement("span");
+          note.className = "broken-note";
+          note.textContent = "(image did not load)";
+          media.appendChild(note);
+        }
+        return ok;
+      });
+    }
+    if (obj.text || !obj.image_url) {
+      const text = document.createElement("span");
+      text.className = "text";
+      text.textContent = obj.text || obj.name;
+      container.appendChild(text);
+    }
+    return ready;
+  }
+
+  function card(tag, obj, slot, label) {
+    const el = document.createElement(tag);
+    el.className = "card";
+    el.dataset.index = String(obj.index);
+    el.dataset.slot = slot;
+    el.setAttribute("aria-label", label);
+    const ready = fillObject(el, obj);
+    return { el, ready };
+  }
+
+  function keyHint(text) {
+    const hint = document.createElement("kbd");
+    hint.className = "key-hint";
+    hint.setAttribute("aria-hidden", "true");
+    hint.textContent = text;
+    return hint;
+  }
+
+  function choiceButton(obj, slot, side, arrow) {
+    const { el, ready } = card("button", obj, slot, `${side}: ${obj.name}`);
+    el.type = "button";
+    el.classList.add("choice");
+    el.dataset.choice = String(obj.index);
+    el.appendChild(keyHint(arrow));
+    return { el, ready };
+  }
+
+  // Builds the question off-screen; resolves once every image is decoded.
+  async function buildQuestion(query) {
+    const root = document.createDocumentFragment();
+    const wording = document.createElement("h2");
+    wording.className = "wording";
+    wording.id = "question-wording";
+    const ready = [];
+    const objects = query.objects;
+
+    if (query.kind === "triplet") {
+      wording.textContent = config.question;
+      root.appendChild(wording);
+      const anchor = card("div", objects[0], "anchor", `Top: ${objects[0].name}`);
+      anchor.el.classList.add("anchor");
+      anchor.el.setAttribute("role", "img");
+      const candidates = document.createElement("div");
+      candidates.className = "candidates";
+      const left = choiceButton(objects[1], "left", "Left", "←");
+      const right = choiceButton(objects[2], "right", "Right", "→");
+      candidates.append(left.el, right.el);
+      root.append(anchor.el, candidates);
+      ready.push(anchor.ready, left.ready, right.ready);
+    } else {
+      wording.textContent = config.pair_question;
+      root.appendChild(wording);
+      const pair = document.createElement("div");
+      pair.className = "pair";
+      const left = card("div", objects[0], "left-object", `Left: ${objects[0].name}`);
+      const right = card("div", objects[1], "right-object", `Right: ${objects[1].name}`);
+      for (const c of [left, right]) c.el.setAttribute("role", "img");
+      pair.append(left.el, right.el);
+      const buttons = document.createElement("div");
+      buttons.className = "pair-buttons";
+      const specs = [
+        [-1, "left", "← Left", "Left is better"],
+        [0, "same", "↓ About the same", "They are about the same"],
+        [1, "right", "Right →", "Right is better"],
+      ];
+      for (const [choice, slot, text, label] of specs) {
+        const button = document.createElement("button");
+        button.type = "button";
+        button.className = `choice pair-choice ${slot}`;
+        button.dataset.choice = String(choice);
+        button.dataset.slot = slot;
+        button.setAttribute("aria-label", label);
+        button.textContent = text;
+        buttons.appendChild(button);
+      }
+      root.append(pair, buttons);
+      ready.push(left.ready, right.ready);
+    }
+    await Promise.all(ready);
+    return root;
+  }
+
+  function setBusy(busy) {
+    state.busy = busy;
+    const section = $("question");
+    section.classList.toggle("busy", busy);
+    section.setAttribute("aria-busy", busy ? "true" : "false");
+    for (const button of section.querySelectorAll("button.choice")) {
+      button.setAttribute("aria-disabled", busy ? "true" : "false");
+    }
+  }
+
+  // Replaces the question on screen in one step, keeping keyboard focus on the same slot.
+  function swapQuestion(content, query) {
+    const section = $("question");
+    const focused = document.activeElement;
+    const slot = focused && section.contains(focused) ? focused.dataset.slot : null;
+    section.replaceChildren(content);
+    section.dataset.kind = query.kind;
+    section.dataset.token = query.token;
+    showScreen("question");
+    if (slot) {
+      const same = section.querySelector(`[data-slot="${slot}"]`);
+      if (same) same.focus({ preventScroll: true });
+    }
+  }
+
+  // ---- the flow -------------------------------------------------------------------------
+
+  function sessionUrl(path) {
+    return `${config.sessions_api}/${encodeURIComponent(state.sessionId)}/${path}`;
+  }
+
+  async function startSession() {
+    setBusy(true);
+    $("intro-error").hidden = true;
+    $("start").disabled = true;
+    const result = await request("POST", `${config.api}/sessions`, platform.params, {
+      auth: false,
+    });
+    $("start").disabled = false;
+    if (result.status !== 201 && result.status !== 200) {
+      showScreen("intro");
+      $("intro-error").textContent = detail(result, "The study could not be started.");
+      $("intro-error").hidden = false;
+      $("start").hidden = false;
+      return;
+    }
+    const data = result.data;
+    state.sessionId = data.session_id;
+    state.sessionToken = data.session_token;
+    state.total = Number(data.total) || 0;
+    state.answered = Number(data.answered) || 0;
+    storeSet(startedKey, "1");
+    updateProgress();
+    if ($("question").hidden) showScreen("loading");
+    await loadNext();
+  }
+
+  async function loadNext() {
+    setBusy(true);
+    const result = await request("GET", sessionUrl("next"), undefined, {
+      what: "Your answers so far are saved.",
+    });
+    if (result.status === 401 || result.status === 403) return showSuperseded(result);
+    if (result.status !== 200) {
+      return showProblem(detail(result, "The next question could not be loaded."), "Try again", loadNext);
+    }
+    if (result.data.done) return showDone(result.data);
+    const query = result.data.query;
+    if (query.total) state.total = Number(query.total);
+    const content = await buildQuestion(query);
+    state.query = query;
+    swapQuestion(content, query);
+    updateProgress();
+    const number = Math.min(state.answered + 1, state.total || state.answered + 1);
+    const wording = query.kind === "triplet" ? config.question : config.pair_question;
+    announce(`Question ${number} of ${state.total}. ${wording}`);
+    // The question is on screen from the next frame on: that is when the clock starts.
+    window.requestAnimationFrame(() => {
+      state.shownAt = performance.now();
+      setBusy(false);
+    });
+  }
+
+  async function answer(choice, button) {
+    const query = state.query;
+    if (state.busy || !query) return;
+    const clientMs = Math.max(0, Math.round(performance.now() - state.shownAt));
+    setBusy(true);
+    if (button) button.classList.add("chosen");
+    const result = await request(
+      "POST",
+      sessionUrl("answers"),
+      { token: query.token, choice, client_ms: clientMs },
+      { what: "Your answer is kept and will count once." },
+    );
+    if (result.status === 401 || result.status === 403) return showSuperseded(result);
+    if (result.status === 200 || result.status === 201) {
+      state.answered = Number(result.data.answered);
+      if (result.data.total) state.total = Number(result.data.total);
+      updateProgress();
+    } else if (result.status !== 409) {
+      // e.g. the question expired: say so, then show whatever the server asks next.
+      flashStatus(detail(result, "That answer was not accepted."), "warn");
+    }
+    state.query = null;
+    await loadNext();
+  }
+
+  function safeUrl(url) {
+    if (!url) return null;
+    try {
+      const parsed = new URL(url, window.location.href);
+      return parsed.protocol === "https:" || parsed.protocol === "http:" ? parsed.href : null;
+    } catch (_) {
+      return null;
+    }
+  }
+
+  function countdown(seconds, render, then) {
+    let left = seconds;
+    render(left);
+    const timer = window.setInterval(() => {
+      left -= 1;
+      if (left > 0) {
+        render(left);
+      } else {
+        window.clearInterval(timer);
+        then();
+      }
+    }, 1000);
+  }
+
+  function showDone(data) {
+    state.query = null;
+    setBusy(true);
+    const code = typeof data.completion_code === "string" ? data.completion_code : "";
+    if (code) state.answered = Math.max(state.answered, state.total);
+    updateProgress();
+    $("done-title").textContent = code ? "Thank you!" : "Nothing to answer right now";
+    $("done").classList.toggle("no-code", !code);
+    $("done-message").textContent = data.message || "You have answered every question.";
+    $("completion-code").textContent = code;
+    $("code-block").hidden = !code;
+    showScreen("done");
+    $("done-title").focus({ preventScroll: true });
+    announce(code ? `Finished. Your completion code is ${code}.` : "Finished.");
+
+    const submit = data.mturk_submit;
+    const submitUrl = submit ? safeUrl(submit.url) : null;
+    if (submitUrl) {
+      const form = $("mturk-form");
+      form.action = submitUrl;
+      $("mturk-assignment").value = submit.assignmentId || platform.params.assignmentId || "";
+      $("mturk-code").value = code;
+      form.hidden = false;
+      countdown(
+        REDIRECT_SECONDS,
+        (s) => {
+          $("mturk-text").textContent = `Submitting your HIT to Mechanical Turk in ${s} s…`;
+        },
+        () => {
+          $("mturk-text").textContent = "Submitting your HIT…";
+          form.submit();
+        },
+      );
+      return;
+    }
+    const redirect = safeUrl(data.redirect_url);
+    if (redirect) {
+      $("redirect-link").href = redirect;
+      $("redirect-note").hidden = false;
+      countdown(
+        REDIRECT_SECONDS,
+        (s) => {
+          $("redirect-text").textContent = `Taking you back to the study platform in ${s} s…`;
+        },
+        () => {
+          $("redirect-text").textContent = "Taking you back to the study platform…";
+          window.location.assign(redirect);
+        },
+      );
+    }
+  }
+
+  function showProblem(text, action, handler) {
+    setBusy(true);
+    $("problem-text").textContent = text;
+    const button = $("problem-action");
+    button.textContent = action;
+    button.onclick = () => {
+      showScreen("loading");
+      handler();
+    };
+    showScreen("problem");
+    $("problem-title").focus({ preventScroll: true });
+  }
+
+  function showSuperseded(result) {
+    showProblem(
+      detail(result, "") ||
+        "This study was opened in another tab or window, so this one has paused. " +
+          "You can continue here instead.",
+      "Continue here",
+      startSession,
+    );
+  }
+
+  async function copyCode() {
+    const code = $("completion-code").textContent;
+    try {
+      await navigator.clipboard.writeText(code);
+    } catch (_) {
+      const range = document.createRange();
+      range.selectNodeContents($("completion-code"));
+      const selection = window.getSelection();
+      selection.removeAllRanges();
+      selection.addRange(range);
+      try {
+        document.execCommand("copy");
+      } catch (__) {
+        /* the code stays selected for the worker to copy */
+      }
+    }
+    flashStatus("Completion code copied.", "ok");
+  }
+
+  // ---- input --------------------------------------------------------------------------
+
+  const KEYS = {
+    triplet: { ArrowLeft: "left", ArrowRight: "right" },
+    pair: { ArrowLeft: "left", ArrowDown: "same", ArrowRight: "right" },
+  };
+
+  function onKey(event) {
+    if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
+    if (!state.query || $("question").hidden) return;
+    const slot = (KEYS[state.query.kind] || {})[event.key];
+    if (!slot) return;
+    event.preventDefault();
+    if (event.repeat || state.busy) return;
+    const button = $("question").querySelector(`button[data-slot="${slot}"]`);
+    if (button) answer(Number(button.dataset.choice), button);
+  }
+
+  function onClick(event) {
+    const button = event.target.closest("button.choice");
+    if (!button || !$("question").contains(button)) return;
+    answer(Number(button.dataset.choice), button);
+  }
+
+  // ---- start ----------------------------------------------------------------------------
+
+  async function checkAccepting() {
+    const result = await sendOnce("GET", config.api, undefined, false);
+    if (result.status === 200 && result.data.accepting === false) {
+      $("closed-note").hidden = false;
+      $("start").hidden = true;
+    }
+  }
+
+  function init() {
+    document.addEventListener("keydown", onKey);
+    $("question").addEventListener("click", onClick);
+    $("copy-code").addEventListener("click", copyCode);
+    $("start").addEventListener("click", () => {
+      $("start").hidden = true;
+      showScreen("loading");
+      startSession();
+    });
+
+    if (platform.kind === "preview") {
+      // A Mechanical Turk preview: show what the task is like, ask the server for nothing.
+      $("preview-note").hidden = false;
+      $("start").hidden = true;
+      showScreen("intro");
+      return;
+    }
+    if (storeGet(startedKey)) {
+      // A reload (or a return visit): resume the same session, same open question.
+      showScreen("loading");
+      startSession();
+      return;
+    }
+    showScreen("intro");
+    $("start").hidden = false;
+    checkAccepting();
+  }
+
+  init();
+})();
