@@ -7,7 +7,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from app.api import answers, objects, participants, plans, projects, worker
+from app.api import answers, objects, pages, participants, plans, projects, worker
 from app.api.uploads import BodySizeLimit
 from app.config import Settings, get_settings
 from app.errors import install_error_handlers
@@ -31,6 +31,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         plans.router,
         participants.router,
         worker.router,
+        pages.router,
     ):
         app.include_router(router)
     media = settings.data_dir / "media"
