@@ -46,3 +46,63 @@ def random_triplets(n_objects: int, m: int, seed: int = 0) -> list[list[int]]:
     rng = np.random.default_rng(seed)
     rows = np.array([rng.choice(n_objects, 3, replace=False) for _ in range(m)])
     return rows.tolist()
+
+
+def set_plan(client: TestClient, headers: dict[str, str], slug: str, **overrides: Any) -> dict:
+    plan = {
+        "strategies": [{"kind": "random", "weight": 1}],
+        "queries_per_session": 5,
+        "repeat_rate": 0,
+        **overrides,
+    }
+    response = client.put(f"/api/projects/{slug}/plan", json=plan, headers=headers)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def open_session(client: TestClient, slug: str, **params: str) -> tuple[str, dict[str, str]]:
+    response = client.post(f"/api/w/{slug}/sessions", json=params or {"participant": "p1"})
+    assert response.status_code == 201, response.text
+    body = response.json()
+    return body["session_id"], {"Authorization": f"Bearer {body['session_token']}"}
+
+
+def next_query(client: TestClient, session_id: str, headers: dict[str, str]) -> dict:
+    response = client.get(f"/api/w/sessions/{session_id}/next", headers=headers)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def first_choice(query: dict) -> int:
+    """A valid choice: the left candidate of a triplet, 'about the same' for a pair."""
+    return query["objects"][1]["index"] if query["kind"] == "triplet" else 0
+
+
+def answer(
+    client: TestClient,
+    session_id: str,
+    headers: dict[str, str],
+    token: str,
+    choice: int,
+    ms: float = 900,
+):  # type: ignore[no-untyped-def]
+    return client.post(
+        f"/api/w/sessions/{session_id}/answers",
+        json={"token": token, "choice": choice, "client_ms": ms},
+        headers=headers,
+    )
+
+
+def answer_all(
+    client: TestClient, session_id: str, headers: dict[str, str], ms: float = 900
+) -> list[dict]:
+    """Answer until the session ends; returns the queries answered."""
+    answered = []
+    while True:
+        body = next_query(client, session_id, headers)
+        if body.get("done"):
+            return answered
+        query = body["query"]
+        response = answer(client, session_id, headers, query["token"], first_choice(query), ms)
+        assert response.status_code == 201, response.text
+        answered.append(query)

@@ -94,6 +94,8 @@ def read_next_query(work: WorkSessionDep, db: SessionDep) -> NextQuery:
 def _done(db: SessionDep, project: Project, work: WorkSession, message: str) -> NextQuery:
     if work.finished_at is None:
         return NextQuery(done=True, message=message or "There is nothing to answer right now.")
+    if not message and work.answered < work.total:
+        message = issuance.EXHAUSTED_MESSAGE
     code = sessions.completion_code(work.id)
     plan = Plan.model_validate(project.plan) if project.plan else None
     redirect = plan.completion.redirect_url if plan else None

@@ -25,8 +25,9 @@ from app.schemas.plans import Plan
 from app.services.projects import lock_project
 from app.services.sessions import completion_code, completion_code_hash
 
-MAX_PROPOSALS = 25  # proposals tried per issue before a strategy counts as stuck
+MAX_PROPOSALS = 100  # proposals tried per issue before the plan counts as exhausted
 MIN_ANSWERS_BEFORE_REPEAT = 3
+EXHAUSTED_MESSAGE = "This study has collected all the answers it needs. Thank you!"
 
 
 @dataclass
@@ -60,12 +61,12 @@ def next_query(db: Session, project: Project, work: WorkSession) -> Issued:
     current = open_query(db, work)
     if current is not None:
         return Issued(current)
+    if not project.plan or work.total == 0:
+        return Issued(None, done=True, message="This study is not collecting answers right now.")
     if work.answered >= work.total:
         finish_session(db, work)
         db.commit()
         return Issued(None, done=True)
-    if not project.plan:
-        return Issued(None, done=True, message="This study is not collecting answers right now.")
 
     lock_project(db, project)
     db.refresh(work)
@@ -77,7 +78,7 @@ def next_query(db: Session, project: Project, work: WorkSession) -> Issued:
     if question is None:
         question = _open_question(db, project, work) or _new_question(db, project, work, plan)
     if question is None:
-        message = "This study has collected all the answers it needs. Thank you!"
+        message = EXHAUSTED_MESSAGE
         if work.answered:
             finish_session(db, work)
         db.commit()

@@ -105,6 +105,8 @@ def open_session(
     else:
         # Resuming hands out a new token; the old browser tab's token stops working.
         work.token_hash = _hash(token)
+        if work.total == 0 and work.finished_at is None:
+            work.total = total  # opened before the project had a plan
         if identity.params:
             participant.platform_params = {**participant.platform_params, **identity.params}
     db.commit()
