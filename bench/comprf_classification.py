@@ -11,7 +11,8 @@ Euclidean triplet oracle (``app.learning.triplets.make_oracle``). Tables:
 2. ``split_pure=False``: error and questions saved;
 3. oracle noise (answers flipped afresh at every ask) x redundancy.
 
-Every figure is mean ± sd over the splits. A forest of max(M) trees is built
+Every figure is mean ± sd over the splits; the tables are printed again after
+each split (the last print is the result). A forest of max(M) trees is built
 once per setting and its first M trees are scored as the M-tree forest (trees
 are independent, so that is an M-tree forest).
 """
@@ -53,12 +54,54 @@ def first_trees(clf: ComparisonForestClassifier, m: int) -> ComparisonForestClas
     return sub
 
 
+def report(
+    err: dict, qpt: dict, trees: list, leaves: list, m_side: int, noises: list, redundancies: list
+) -> None:
+    print("\n## 1. Test error (%) by number of trees M and leaf size n0\n")
+    cols = [f"sup n0={leaf}" for leaf in leaves] + [f"unsup n0={leaf}" for leaf in leaves]
+    print("| M | " + " | ".join(cols) + " | CART RF (sklearn) | k-NN (k by CV) |")
+    print("|---:|" + "---:|" * (len(cols) + 2))
+    for m in trees:
+        cells = [ms(err[("sup", leaf, m)]) for leaf in leaves]
+        cells += [ms(err[("unsup", leaf, m)]) for leaf in leaves]
+        print(f"| {m} | " + " | ".join(cells) + f" | {ms(err[('rf', m)])} | {ms(err[('knn',)])} |")
+    print("\nQuestions asked per tree while fitting (distinct; training part ~1198 objects):\n")
+    print("| variant | " + " | ".join(f"n0={leaf}" for leaf in leaves) + " |")
+    print("|---|" + "---:|" * len(leaves))
+    for v in ("sup", "unsup"):
+        print(f"| {v} | " + " | ".join(f"{np.mean(qpt[(v, leaf)]):.0f}" for leaf in leaves) + " |")
+
+    print(f"\n## 2. split_pure (supervised, n0=1, M={m_side})\n")
+    print("| split_pure | error % | questions / tree (fit) | questions / object / tree (predict) |")
+    print("|---|---:|---:|---:|")
+    for pure in (True, False):
+        print(
+            f"| {pure} | {ms(err[('pure', pure)])} | {np.mean(qpt[('pure', pure)]):.0f} | "
+            f"{np.mean(qpt[('pure-predict', pure)]):.2f} |"
+        )
+    saved = 1 - np.mean(qpt[("pure", False)]) / np.mean(qpt[("pure", True)])
+    print(f"\nsplit_pure=False saves {100 * saved:.1f}% of the fitting questions.")
+
+    print(
+        f"\n## 3. Oracle noise x redundancy (supervised, n0=1, M={m_side}); error % (asks / tree)\n"
+    )
+    print("| noise | " + " | ".join(f"r={r}" for r in redundancies) + " |")
+    print("|---:|" + "---:|" * len(redundancies))
+    for noise in noises:
+        cells = [
+            f"{ms(err[('noise', noise, r)])} ({np.mean(qpt[('noise', noise, r)]):.0f})"
+            for r in redundancies
+        ]
+        print(f"| {noise:.0%} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 splits, small grid")
+    parser.add_argument("--splits", type=int, default=None, help="number of splits")
     args = parser.parse_args()
     quick = args.quick
-    n_splits = 2 if quick else 10
+    n_splits = args.splits or (2 if quick else 10)
     trees = [1, 4, 16] if quick else [1, 4, 16, 64, 256]
     leaves = [1, 4] if quick else [1, 4, 16]
     m_side = 16 if quick else 64  # forest size for the split_pure and noise tables
@@ -130,46 +173,10 @@ def main() -> None:
                 )
                 qpt.setdefault(("noise", noise, r), []).append(clf.n_asks_ / m_side)
         print(
-            f"# split {split + 1}/{n_splits} done, {time.perf_counter() - t_start:.0f} s",
-            flush=True,
+            f"\n# ===== after {split + 1}/{n_splits} splits, {time.perf_counter() - t_start:.0f} s"
         )
+        report(err, qpt, trees, leaves, m_side, noises, redundancies)
 
-    print("\n## 1. Test error (%) by number of trees M and leaf size n0\n")
-    cols = [f"sup n0={leaf}" for leaf in leaves] + [f"unsup n0={leaf}" for leaf in leaves]
-    print("| M | " + " | ".join(cols) + " | CART RF (sklearn) | k-NN (k by CV) |")
-    print("|---:|" + "---:|" * (len(cols) + 2))
-    for m in trees:
-        cells = [ms(err[("sup", leaf, m)]) for leaf in leaves]
-        cells += [ms(err[("unsup", leaf, m)]) for leaf in leaves]
-        print(f"| {m} | " + " | ".join(cells) + f" | {ms(err[('rf', m)])} | {ms(err[('knn',)])} |")
-    print("\nQuestions asked per tree while fitting (distinct; training part ~1198 objects):\n")
-    print("| variant | " + " | ".join(f"n0={leaf}" for leaf in leaves) + " |")
-    print("|---|" + "---:|" * len(leaves))
-    for v in ("sup", "unsup"):
-        print(f"| {v} | " + " | ".join(f"{np.mean(qpt[(v, leaf)]):.0f}" for leaf in leaves) + " |")
-
-    print(f"\n## 2. split_pure (supervised, n0=1, M={m_side})\n")
-    print("| split_pure | error % | questions / tree (fit) | questions / object / tree (predict) |")
-    print("|---|---:|---:|---:|")
-    for pure in (True, False):
-        print(
-            f"| {pure} | {ms(err[('pure', pure)])} | {np.mean(qpt[('pure', pure)]):.0f} | "
-            f"{np.mean(qpt[('pure-predict', pure)]):.2f} |"
-        )
-    saved = 1 - np.mean(qpt[("pure", False)]) / np.mean(qpt[("pure", True)])
-    print(f"\nsplit_pure=False saves {100 * saved:.1f}% of the fitting questions.")
-
-    print(
-        f"\n## 3. Oracle noise x redundancy (supervised, n0=1, M={m_side}); error % (asks / tree)\n"
-    )
-    print("| noise | " + " | ".join(f"r={r}" for r in redundancies) + " |")
-    print("|---:|" + "---:|" * len(redundancies))
-    for noise in noises:
-        cells = [
-            f"{ms(err[('noise', noise, r)])} ({np.mean(qpt[('noise', noise, r)]):.0f})"
-            for r in redundancies
-        ]
-        print(f"| {noise:.0%} | " + " | ".join(cells) + " |")
     print(f"\n# total {time.perf_counter() - t_start:.0f} s")
 
 

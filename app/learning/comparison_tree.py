@@ -229,6 +229,7 @@ class ComparisonTreeBuilder(_VoteMachine):
         self._key = np.zeros(0, dtype=np.uint64)
         self.n_queries_ = 0
         self.n_asks_ = 0
+        self._tree_of_pos = None
         root_key = _splitmix64(np.array([self.seed], dtype=np.uint64))
         self._position_of = np.full(int(self.order.max()) + 1, -1, dtype=np.int64)
         self._position_of[self.order] = np.arange(n)
@@ -288,6 +289,8 @@ class ComparisonTreeBuilder(_VoteMachine):
         """Vectorised :meth:`record`; returns a bool array, True where the answer counted."""
         q = _check_queries(queries)
         ans = _check_answers(answers, len(q))
+        if self._position_of is None:
+            raise ValueError("a batch of trees takes answers by slot only; record per tree")
         a = q[:, 0]
         inside = a < len(self._position_of)
         pos = np.full(len(a), -1, dtype=np.int64)
@@ -305,6 +308,13 @@ class ComparisonTreeBuilder(_VoteMachine):
     def _record_slots(self, pos: np.ndarray, answers: np.ndarray, unique: bool = False) -> None:
         if len(pos) == 0:
             return
+        if self._tree_of_pos is not None:  # a batch of trees: count per tree
+            fresh = pos[self._asked[pos] == 0]
+            if not unique:
+                fresh = np.flatnonzero(np.bincount(fresh, minlength=len(self.order)))
+            n_trees = len(self._tree_queries)
+            self._tree_queries += np.bincount(self._tree_of_pos[fresh], minlength=n_trees)
+            self._tree_asks += np.bincount(self._tree_of_pos[pos], minlength=n_trees)
         self._add_votes(pos, answers, unique)
         mark = np.zeros(len(self.state), dtype=bool)
         mark[self._node_of[pos]] = True
@@ -348,7 +358,8 @@ class ComparisonTreeBuilder(_VoteMachine):
         )
         moved = self.order[pos]
         self.order[new_pos] = moved
-        self._position_of[moved] = new_pos
+        if self._position_of is not None:
+            self._position_of[moved] = new_pos
         if self._labels is not None:
             self._labels[new_pos] = self._labels[pos].copy()
         self._asked[pos] = 0
@@ -433,6 +444,88 @@ class ComparisonTreeBuilder(_VoteMachine):
         pos, seg = _segment_positions(self.start[current], self.end[current])
         self._node_of[pos] = current[seg]
 
+    # ------------------------------------------------------------ tree batches
+    @classmethod
+    def _batch(
+        cls,
+        samples: list[np.ndarray],
+        labels: list[np.ndarray] | None,
+        seeds: list[int],
+        **params: Any,
+    ) -> ComparisonTreeBuilder:
+        """Several trees in one builder, so each level of all of them is one oracle call.
+
+        Tree t is built exactly as ``ComparisonTreeBuilder(samples[t], labels[t],
+        seed=seeds[t], **params)`` would build it (same node numbering once
+        :meth:`_unbatch` splits the batch). Answers go by slot only (objects repeat
+        across trees), as :func:`drive` gives them.
+        """
+        self = cls([0], None if labels is None else [0], **params)  # validates the parameters
+        sizes = np.array([len(sample) for sample in samples], dtype=np.int64)
+        offsets = np.cumsum(sizes) - sizes
+        n = int(sizes.sum())
+        self.order = np.concatenate(samples).astype(np.int64)
+        self._labels = None if labels is None else np.concatenate(labels).astype(np.int64)
+        self._asked = np.zeros(n, dtype=np.int64)
+        self._p1 = np.zeros(n, dtype=np.int64)
+        self._fixed = np.zeros(n, dtype=np.int8)
+        for name in ("start", "end", "child", "pivot1", "pivot2"):
+            setattr(self, name, np.zeros(0, dtype=np.int64))
+        self.state = np.zeros(0, dtype=np.int8)
+        self._key = np.zeros(0, dtype=np.uint64)
+        self._position_of = None
+        self._seeds = [int(s) & _MASK64 for s in seeds]
+        self._tree_of_pos = np.repeat(np.arange(len(samples)), sizes)
+        self._tree_queries = np.zeros(len(samples), dtype=np.int64)
+        self._tree_asks = np.zeros(len(samples), dtype=np.int64)
+        self._node_of = self._tree_of_pos.copy()
+        keys = _splitmix64(np.array([s & _MASK64 for s in seeds], dtype=np.uint64))
+        self._add_nodes(offsets, offsets + sizes, keys, np.arange(n), self._tree_of_pos)
+        self._split_trivial(np.arange(len(samples)))
+        return self
+
+    def _unbatch(self) -> list[ComparisonTreeBuilder]:
+        """Split a complete batch into its trees (node ids renumbered per tree)."""
+        tree_of_node = self._tree_of_pos[self.start]
+        by_tree = np.argsort(tree_of_node, kind="stable")
+        n_nodes = np.bincount(tree_of_node, minlength=len(self._tree_queries))
+        node_first = np.cumsum(n_nodes) - n_nodes
+        local = np.empty(len(by_tree), dtype=np.int64)
+        local[by_tree] = np.arange(len(by_tree)) - np.repeat(node_first, n_nodes)
+        child = np.where(self.child >= 0, local[np.maximum(self.child, 0)], -1)
+        sizes = np.bincount(self._tree_of_pos, minlength=len(n_nodes))
+        pos_first = np.cumsum(sizes) - sizes
+        trees = []
+        for t in range(len(n_nodes)):
+            ids = by_tree[node_first[t] : node_first[t] + n_nodes[t]]
+            lo, hi = pos_first[t], pos_first[t] + sizes[t]
+            tree = ComparisonTreeBuilder.__new__(ComparisonTreeBuilder)
+            tree.__dict__.update(
+                leaf_size=self.leaf_size,
+                supervised=self.supervised,
+                split_pure=self.split_pure,
+                redundancy=self.redundancy,
+                seed=self._seeds[t],
+                order=self.order[lo:hi].copy(),
+                _labels=None if self._labels is None else self._labels[lo:hi].copy(),
+                _asked=self._asked[lo:hi].copy(),
+                _p1=self._p1[lo:hi].copy(),
+                _fixed=self._fixed[lo:hi].copy(),
+                start=self.start[ids] - lo,
+                end=self.end[ids] - lo,
+                child=child[ids],
+                pivot1=self.pivot1[ids],
+                pivot2=self.pivot2[ids],
+                state=self.state[ids],
+                _key=self._key[ids],
+                n_queries_=int(self._tree_queries[t]),
+                n_asks_=int(self._tree_asks[t]),
+                _tree_of_pos=None,
+            )
+            tree._reindex()
+            trees.append(tree)
+        return trees
+
     # ------------------------------------------------------------------ results
     def leaf_items(self, node: int) -> np.ndarray:
         """Objects of a leaf (or of any node, for a complete tree)."""
@@ -494,6 +587,7 @@ class ComparisonTreeBuilder(_VoteMachine):
             self.state = np.asarray(nodes["state"], dtype=np.int8)
             self._key = np.asarray(nodes["key"], dtype=np.uint64)
             self.n_queries_, self.n_asks_ = int(data["n_queries"]), int(data["n_asks"])
+            self._tree_of_pos = None
         except (KeyError, TypeError) as error:
             raise ValueError(f"incomplete ComparisonTreeBuilder state: {error!r}") from error
         self._reindex()
@@ -553,6 +647,35 @@ class ComparisonTreeRouter(_VoteMachine):
     @property
     def is_complete(self) -> bool:
         return not np.any(self.tree.state[self.node] == SPLIT)
+
+    @classmethod
+    def _batch(
+        cls, trees: list[ComparisonTreeBuilder], objects: np.ndarray, redundancy: int
+    ) -> tuple[ComparisonTreeRouter, np.ndarray]:
+        """Route ``objects`` down several trees at once: one oracle call per level.
+
+        Returns the router (slot ``t * len(objects) + i`` is object i in tree t,
+        answers by slot only) and each tree's node offset in the merged table.
+        """
+        n_nodes = np.array([t.n_nodes for t in trees], dtype=np.int64)
+        offsets = np.cumsum(n_nodes) - n_nodes
+        table = ComparisonTreeBuilder.__new__(ComparisonTreeBuilder)
+        table.state = np.concatenate([t.state for t in trees])
+        table.child = np.concatenate(
+            [np.where(t.child >= 0, t.child + o, -1) for t, o in zip(trees, offsets, strict=True)]
+        )
+        table.pivot1 = np.concatenate([t.pivot1 for t in trees])
+        table.pivot2 = np.concatenate([t.pivot2 for t in trees])
+        self = cls.__new__(cls)
+        k = len(objects) * len(trees)
+        self.tree, self.redundancy = table, _check_int(redundancy, "redundancy", 1)
+        self.objects = np.tile(np.asarray(objects, dtype=np.int64), len(trees))
+        self.node = np.repeat(offsets, len(objects))
+        self._asked = np.zeros(k, dtype=np.int64)
+        self._p1 = np.zeros(k, dtype=np.int64)
+        self.n_queries_ = self.n_asks_ = 0
+        self._advance_pivots(np.arange(k))
+        return self, offsets
 
     def _advance_pivots(self, slots: np.ndarray) -> None:
         """Move objects that are a pivot of their node to that side, without asking."""

@@ -32,6 +32,21 @@ from app.learning.comparison_tree import (
 __all__ = ["ComparisonForestClassifier", "ComparisonForestRegressor"]
 
 
+_BATCH = 250_000  # slots (objects x trees) per batch of trees driven together
+
+
+def _batches(sizes: list[int]) -> list[slice]:
+    """Consecutive groups of trees holding about ``_BATCH`` slots each."""
+    groups, start, total = [], 0, 0
+    for i, size in enumerate(sizes):
+        if total and total + size > _BATCH:
+            groups.append(slice(start, i))
+            start, total = i, 0
+        total += size
+    groups.append(slice(start, len(sizes)))
+    return groups
+
+
 def _build_trees(
     oracle: Oracle,
     samples: list[np.ndarray],
@@ -39,14 +54,20 @@ def _build_trees(
     seeds: list[int],
     params: dict[str, Any],
 ) -> list[ComparisonTreeBuilder]:
-    """Build one chunk of trees (Alg. 2, lines 3-4), each driven to completion by the oracle."""
-    trees = []
-    for sample, seed in zip(samples, seeds, strict=True):
-        tree = ComparisonTreeBuilder(
-            sample, None if labels is None else labels[sample], seed=seed, **params
+    """Build one chunk of trees (Alg. 2, lines 3-4), driven to completion by the oracle.
+
+    Trees go in batches: each level of a batch of trees is one oracle call and
+    one round of vectorised bookkeeping. Each tree is the one
+    ``ComparisonTreeBuilder(sample, labels[sample], seed=seed, **params)`` builds.
+    """
+    trees: list[ComparisonTreeBuilder] = []
+    for group in _batches([len(s) for s in samples]):
+        chunk = samples[group]
+        batch = ComparisonTreeBuilder._batch(
+            chunk, None if labels is None else [labels[s] for s in chunk], seeds[group], **params
         )
-        drive(tree, oracle)
-        trees.append(tree)
+        drive(batch, oracle)
+        trees.extend(batch._unbatch())
     return trees
 
 
@@ -54,11 +75,12 @@ def _route(
     oracle: Oracle, trees: list[ComparisonTreeBuilder], objects: np.ndarray, redundancy: int
 ) -> tuple[list[np.ndarray], int, int]:
     """Route ``objects`` down each tree (Alg. 2, line 5); leaf per object, questions, asks."""
-    leaves, n_queries, n_asks = [], 0, 0
-    for tree in trees:
-        router = ComparisonTreeRouter(tree, objects, redundancy=redundancy)
+    leaves: list[np.ndarray] = []
+    n_queries = n_asks = 0
+    for group in _batches([len(objects)] * len(trees)):
+        router, offsets = ComparisonTreeRouter._batch(trees[group], objects, redundancy)
         drive(router, oracle)
-        leaves.append(router.node)
+        leaves.extend(router.node.reshape(len(offsets), -1) - offsets[:, None])
         n_queries += router.n_queries_
         n_asks += router.n_asks_
     return leaves, n_queries, n_asks
