@@ -64,10 +64,13 @@ def test_unknown_participant_is_404(client, auth_headers, project):
     assert "no participant 999" in response.json()["detail"]
 
 
+GOLD = [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+
+
 def test_gold_accuracy(client, auth_headers, project):
     set_plan(
         client, auth_headers, "qc", queries_per_session=20,
-        strategies=[{"kind": "gold", "weight": 1, "params": {"triplets": [[0, 1, 2], [3, 4, 5], [6, 7, 8]]}}],
+        strategies=[{"kind": "gold", "weight": 1, "params": {"triplets": GOLD}}],
     )  # fmt: skip
     session_id, headers = open_session(client, "qc")
     answered = answer_all(client, session_id, headers)

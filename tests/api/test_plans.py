@@ -92,7 +92,7 @@ def test_landmark_designs_ask_what_the_paper_says(client, auth_headers, project)
     landmarks = {0, 1, 2, 3}
     set_plan(
         client, auth_headers, "plans", queries_per_session=15,
-        strategies=[{"kind": "landmark_k1", "weight": 1, "params": {"landmarks": sorted(landmarks)}}],
+        strategies=[{"kind": "landmark_k1", "params": {"landmarks": sorted(landmarks)}}],
     )  # fmt: skip
     session_id, headers = open_session(client, "plans", participant="k1")
     for query in answer_all(client, session_id, headers):
@@ -100,7 +100,7 @@ def test_landmark_designs_ask_what_the_paper_says(client, auth_headers, project)
         assert candidates <= landmarks  # k1: any anchor, two landmarks
     set_plan(
         client, auth_headers, "plans", queries_per_session=15,
-        strategies=[{"kind": "landmark_k2", "weight": 1, "params": {"landmarks": sorted(landmarks)}}],
+        strategies=[{"kind": "landmark_k2", "params": {"landmarks": sorted(landmarks)}}],
     )  # fmt: skip
     session_id, headers = open_session(client, "plans", participant="k2")
     for query in answer_all(client, session_id, headers):

@@ -78,8 +78,8 @@ def test_two_clients_posting_one_token_store_exactly_one_answer(live, engine):
         body = {"token": query["token"], "choice": first_choice(query), "client_ms": 800}
         url = f"/api/w/sessions/{session_id}/answers"
         responses = run_together(
-            lambda: first.post(url, json=body, headers=session_headers),
-            lambda: second.post(url, json=body, headers=session_headers),
+            lambda url=url, body=body, h=session_headers: first.post(url, json=body, headers=h),
+            lambda url=url, body=body, h=session_headers: second.post(url, json=body, headers=h),
         )
         assert [r.status_code for r in responses] == [201, 201]
         assert responses[0].json() == responses[1].json()
