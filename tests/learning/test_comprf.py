@@ -148,6 +148,24 @@ def test_supervised_pivots_have_different_labels_and_noise_terminates():
     assert tree.n_asks_ > 2 * tree.n_queries_  # ties were asked again
 
 
+def test_a_batch_of_trees_builds_each_tree_as_alone():
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(90, 3))
+    y = rng.integers(0, 3, 90)
+    oracle = euclidean_oracle(X)
+    samples = [np.sort(rng.choice(90, 60, replace=False)) for _ in range(4)]
+    seeds = [3, 1, 4, 1 << 62]
+    for params in ({}, {"leaf_size": 3, "supervised": False}, {"split_pure": False}):
+        batch = ComparisonTreeBuilder._batch(samples, [y[s] for s in samples], seeds, **params)
+        drive(batch, oracle)
+        for sample, seed, tree in zip(samples, seeds, batch._unbatch(), strict=True):
+            alone = ComparisonTreeBuilder(sample, y[sample], seed=seed, **params)
+            drive(alone, oracle)
+            assert tree.to_dict() == alone.to_dict()
+    with pytest.raises(ValueError, match="by slot only"):
+        batch.record(0, 1, 2, True)
+
+
 def three_object_tree(redundancy: int) -> tuple[ComparisonTreeBuilder, tuple[int, int, int]]:
     tree = ComparisonTreeBuilder([0, 1, 2], supervised=False, redundancy=redundancy, seed=0)
     (query,) = tree.pending_queries().tolist()
