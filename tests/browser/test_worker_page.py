@@ -1,0 +1,368 @@
+"""The worker page in a real browser against a real server: answers land exactly once."""
+
+from __future__ import annotations
+
+import io
+import random
+import time
+from collections import Counter
+from typing import Any
+
+import httpx
+import pytest
+from PIL import Image, ImageDraw
+
+from tests.browser.support import Server, plan
+
+pytestmark = pytest.mark.browser
+
+XSS = "<img src=x onerror=alert(1)>"
+WORDS = ["ant", "bee", "cat", "dog", "eel", "fox", "gnu", "hen"]
+TEXT_OBJECTS = [{"name": f"word {i}", "text": word} for i, word in enumerate(WORDS)]
+
+READY = """token => {
+  const q = document.getElementById('question');
+  const done = document.getElementById('done');
+  if (!done.hidden) return true;
+  if (!document.getElementById('problem').hidden) return true;
+  if (!document.getElementById('intro-error').hidden) return true;
+  return !q.hidden && q.dataset.token !== token && q.getAttribute('aria-busy') === 'false';
+}"""
+
+SHOWN = """() => {
+  const q = document.getElementById('question');
+  return {
+    token: q.dataset.token,
+    kind: q.dataset.kind,
+    indices: [...q.querySelectorAll('.card')].map(c => Number(c.dataset.index)),
+  };
+}"""
+
+
+def wait_ready(page: Any, previous: str | None = None) -> dict[str, Any] | None:
+    """Wait until a new question is fully shown (or the session is done); describe it."""
+    page.wait_for_function(READY, arg=previous or "")
+    for trouble in ("#problem", "#intro-error"):
+        assert not page.is_visible(trouble), page.text_content(trouble)
+    if page.is_visible("#done"):
+        return None
+    return page.evaluate(SHOWN)
+
+
+def start(page: Any, url: str) -> dict[str, Any] | None:
+    page.goto(url)
+    page.click("#start")
+    return wait_ready(page)
+
+
+def progress(page: Any) -> tuple[int, int]:
+    bar = page.locator("#progressbar")
+    return int(bar.get_attribute("aria-valuenow")), int(bar.get_attribute("aria-valuemax"))
+
+
+def png(color: tuple[int, int, int], shape: int) -> bytes:
+    image = Image.new("RGB", (160, 120), (250, 250, 248))
+    draw = ImageDraw.Draw(image)
+    box = (30, 15, 130, 105)
+    [draw.ellipse, draw.rectangle, draw.polygon][shape % 3](
+        box if shape % 3 < 2 else [(80, 10), (135, 108), (25, 108)], fill=color
+    )
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+COLORS = [(220, 80, 60), (60, 130, 210), (70, 170, 100), (230, 180, 40), (140, 90, 200)]
+IMAGES = [(f"shape-{i}.png", png(COLORS[i % 5], i)) for i in range(6)]
+
+
+def test_worker_answers_triplets_by_keyboard_and_pairs_by_click(server: Server, page: Any):
+    rng = random.Random(5)
+    triplets = server.project(TEXT_OBJECTS, plan=plan("random", 20))
+    shown = start(page, server.page_url(triplets, "participant=kb-worker"))
+    chosen = []
+    for number in range(1, 21):
+        assert shown is not None and shown["kind"] == "triplet"
+        assert progress(page) == (number - 1, 20)
+        anchor, left, right = shown["indices"]
+        if rng.random() < 0.5:
+            page.keyboard.press("ArrowLeft")
+            chosen.append((anchor, left, right))
+        else:
+            page.keyboard.press("ArrowRight")
+            chosen.append((anchor, right, left))
+        shown = wait_ready(page, shown["token"])
+    assert shown is None, "the session should be finished after 20 answers"
+    code = page.text_content("#completion-code").strip()
+    assert code and page.is_visible("#completion-code")
+    assert progress(page) == (20, 20)
+
+    rows = server.answers(triplets)
+    assert len(rows) == 20
+    assert {row["kind"] for row in rows} == {"triplet"}
+    assert Counter((r["a"], r["b"], r["c"]) for r in rows) == Counter(chosen)
+    assert len({row["session_id"] for row in rows}) == 1
+    assert all(row["client_ms"] is not None and row["client_ms"] >= 0 for row in rows)
+
+    # Reloading a finished session shows the same completion code and asks nothing more.
+    page.reload()
+    page.wait_for_selector("#done:not([hidden])")
+    assert page.text_content("#completion-code").strip() == code
+    assert len(server.answers(triplets)) == 20
+
+    pairs = server.project(TEXT_OBJECTS[:6], plan=plan("pairs", 10))
+    shown = start(page, server.page_url(pairs, "participant=click-worker"))
+    clicked = []
+    for _ in range(10):
+        assert shown is not None and shown["kind"] == "pair"
+        left, right = shown["indices"]
+        slot, outcome = rng.choice([("left", -1), ("same", 0), ("right", 1)])
+        page.click(f'#question button[data-slot="{slot}"]')
+        clicked.append((left, right, outcome))
+        shown = wait_ready(page, shown["token"])
+    assert shown is None
+    assert page.text_content("#completion-code").strip()
+
+    rows = server.answers(pairs)
+    assert len(rows) == 10
+    assert {row["kind"] for row in rows} == {"pair"}
+    stored = Counter()
+    for row in rows:  # stored as (a, b, outcome); accept either orientation, mirrored
+        if (row["a"], row["b"]) in {(left, right) for left, right, _ in clicked}:
+            stored[(row["a"], row["b"], row["outcome"])] += 1
+        else:
+            stored[(row["b"], row["a"], -row["outcome"])] += 1
+    assert stored == Counter(clicked)
+
+
+def test_object_text_is_never_markup(server: Server, page: Any):
+    objects = [
+        {"name": XSS, "text": XSS},
+        {"name": "<script>alert(2)</script>", "text": "<script>alert(2)</script>"},
+        {"name": "b & c", "text": '"quoted" & <b>not bold</b>'},
+    ]
+    slug = server.project(
+        objects,
+        plan=plan("random", 3),
+        name=XSS,
+        instructions=f"Read this: {XSS}",
+        question=f"Which? {XSS}",
+    )
+    html = httpx.get(server.page_url(slug)).text
+    assert XSS not in html and "<script>alert" not in html
+
+    page.goto(server.page_url(slug, "participant=xss"))
+    assert page.text_content(".project-name") == XSS
+    assert XSS in page.text_content("#intro")
+    page.click("#start")
+    wait_ready(page)
+    assert page.text_content("#question-wording") == f"Which? {XSS}"
+    texts = page.eval_on_selector_all("#question .card .text", "els => els.map(e => e.textContent)")
+    assert sorted(texts) == sorted(o["text"] for o in objects)
+    labels = page.eval_on_selector_all(
+        "#question .choice", "els => els.map(e => e.getAttribute('aria-label'))"
+    )
+    assert all(label.startswith(("Left: ", "Right: ")) for label in labels)
+    assert page.locator("#question img").count() == 0
+    assert page.locator("#question script, #question b").count() == 0
+    page.keyboard.press("ArrowLeft")
+    wait_ready(page, page.get_attribute("#question", "data-token"))
+    page.wait_for_timeout(200)
+    assert page.dialogs == []
+
+
+def slow(route: Any) -> None:
+    time.sleep(0.15)
+    route.continue_()
+
+
+def test_layout_at_360_px_and_images_never_half_loaded(
+    server: Server, context: Any, page: Any, artifacts: Any
+):
+    slug = server.project(images=IMAGES, plan=plan("random", 4), prefix="shapes")
+    pair_slug = server.project(images=IMAGES, plan=plan("pairs", 2), prefix="shape-pairs")
+
+    page.goto(server.page_url(slug, "participant=desk"))
+    page.screenshot(path=str(artifacts / "worker-intro-desktop.png"), full_page=True)
+    page.click("#start")
+    wait_ready(page)
+    page.screenshot(path=str(artifacts / "worker-triplet-desktop.png"), full_page=True)
+
+    page.set_viewport_size({"width": 360, "height": 740})
+    for step, url in enumerate(
+        [server.page_url(slug, "participant=phone"), server.page_url(pair_slug, "participant=p")]
+    ):
+        # Images arrive slowly; record, at every change of the question, whether all its
+        # images were complete at the moment it appeared.
+        context.route("**/media/**", slow)
+        page.goto(url)
+        page.evaluate(
+            """() => {
+              window.__halfLoaded = [];
+              const q = document.getElementById('question');
+              new MutationObserver(() => {
+                for (const img of q.querySelectorAll('img')) {
+                  if (!img.complete || img.naturalWidth === 0) window.__halfLoaded.push(img.src);
+                }
+              }).observe(q, {childList: true, subtree: true});
+            }"""
+        )
+        page.click("#start")
+        shown = wait_ready(page)
+        assert page.locator("#question img").count() == len(shown["indices"])
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 360, f"horizontal scrolling at 360 px: {width} px"
+        for box in [el.bounding_box() for el in page.query_selector_all("#question .choice")]:
+            assert box["x"] >= 0 and box["x"] + box["width"] <= 360
+            assert box["height"] >= 44, "touch targets are at least 44 px tall"
+        name = "worker-360-triplet.png" if step == 0 else "worker-360-pair.png"
+        page.screenshot(path=str(artifacts / name), full_page=True)
+        page.keyboard.press("ArrowRight")
+        wait_ready(page, shown["token"])
+        assert page.evaluate("window.__halfLoaded") == []
+        context.unroute("**/media/**")
+    assert (artifacts / "worker-360-triplet.png").stat().st_size > 0
+
+
+def test_reload_resumes_the_same_session_and_question(server: Server, page: Any):
+    slug = server.project(TEXT_OBJECTS, plan=plan("random", 5))
+    shown = start(page, server.page_url(slug))  # anonymous: the id lives in localStorage
+    for _ in range(2):
+        page.keyboard.press("ArrowLeft")
+        shown = wait_ready(page, shown["token"])
+    page.reload()
+    again = wait_ready(page)
+    assert again == shown
+    assert progress(page) == (2, 5)
+    while again is not None:
+        page.keyboard.press("ArrowRight")
+        again = wait_ready(page, again["token"])
+    rows = server.answers(slug)
+    assert len(rows) == 5
+    assert len({row["session_id"] for row in rows}) == 1
+    assert len({row["participant"] for row in rows}) == 1
+
+
+def test_lost_connection_retries_and_counts_once(server: Server, context: Any, page: Any):
+    slug = server.project(TEXT_OBJECTS, plan=plan("random", 3))
+    shown = start(page, server.page_url(slug, "participant=flaky"))
+    anchor, left, _ = shown["indices"]
+
+    # The answer reaches the server but the reply is lost; then the line stays down.
+    attempts = []
+    failing = [True]
+
+    def flaky(route: Any) -> None:
+        attempts.append(route.request.post_data_json)
+        if len(attempts) == 1:
+            route.fetch()  # delivered and stored...
+            route.abort("connectionreset")  # ...but the page never hears back
+        elif failing[0]:
+            route.abort("internetdisconnected")
+        else:
+            route.continue_()
+
+    page.route("**/answers", flaky)
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_function(
+        "() => document.getElementById('status').textContent.includes('Connection lost')"
+    )
+    for key in ("ArrowRight", "ArrowRight", "ArrowLeft"):  # ignored while in flight
+        page.keyboard.press(key)
+    failing[0] = False
+    shown = wait_ready(page, shown["token"])
+    page.unroute("**/answers")
+    assert len(attempts) >= 2
+    assert {a["token"] for a in attempts} == {attempts[0]["token"]}
+    assert {a["choice"] for a in attempts} == {left}
+    assert progress(page) == (1, 3)
+
+    # Offline in the browser: the answer waits, then goes through once the line is back.
+    context.set_offline(True)
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function(
+        "() => document.getElementById('status').textContent.includes('Connection lost')"
+    )
+    context.set_offline(False)
+    shown = wait_ready(page, shown["token"])
+    assert progress(page) == (2, 3)
+
+    rows = server.answers(slug)
+    assert len(rows) == 2
+    assert (rows[0]["a"], rows[0]["b"]) == (anchor, left)
+
+
+def test_mturk_preview_issues_nothing_and_accepted_hit_submits(server: Server, page: Any):
+    slug = server.project(TEXT_OBJECTS, plan=plan("random", 2), consent="I agree to take part.")
+    calls = []
+    page.on("request", lambda request: calls.append((request.method, request.url)))
+    page.goto(
+        server.page_url(
+            slug,
+            "assignmentId=ASSIGNMENT_ID_NOT_AVAILABLE&hitId=H1&turkSubmitTo=https://workersandbox.mturk.com",
+        )
+    )
+    page.wait_for_timeout(500)
+    assert page.is_visible("#preview-note")
+    assert "Accept the HIT" in page.text_content("#preview-note")
+    assert page.is_visible("#consent")
+    assert not page.is_visible("#start")
+    assert [url for _, url in calls if "/api/" in url] == []
+
+    submitted = []
+
+    def mturk(route: Any) -> None:
+        submitted.append(route.request.post_data)
+        route.fulfill(status=200, content_type="text/html", body="<p>submitted</p>")
+
+    page.route("https://workersandbox.mturk.com/**", mturk)
+    page.goto(
+        server.page_url(
+            slug,
+            "workerId=W1&assignmentId=A1&hitId=H1&turkSubmitTo=https://workersandbox.mturk.com",
+        )
+    )
+    assert page.text_content("#start").strip() == "I agree — start"
+    page.click("#start")
+    shown = wait_ready(page)
+    while shown is not None:
+        page.keyboard.press("ArrowLeft")
+        shown = wait_ready(page, shown["token"])
+    code = page.text_content("#completion-code").strip()
+    page.wait_for_url("https://workersandbox.mturk.com/mturk/externalSubmit")
+    assert len(submitted) == 1
+    assert "assignmentId=A1" in submitted[0]
+    assert f"completion_code={code}" in submitted[0]
+
+
+def test_completion_redirects_to_the_platform(server: Server, page: Any):
+    slug = server.project(
+        TEXT_OBJECTS,
+        plan=plan("random", 2, "https://app.prolific.test/submissions/complete?cc={code}"),
+    )
+    page.route(
+        "https://app.prolific.test/**",
+        lambda route: route.fulfill(status=200, content_type="text/html", body="<p>back</p>"),
+    )
+    shown = start(page, server.page_url(slug, "PROLIFIC_PID=pp1&STUDY_ID=s1&SESSION_ID=x1"))
+    while shown is not None:
+        page.keyboard.press("ArrowRight")
+        shown = wait_ready(page, shown["token"])
+    code = page.text_content("#completion-code").strip()
+    assert page.is_visible("#redirect-note")
+    assert page.get_attribute("#redirect-link", "href").endswith(f"cc={code}")
+    page.wait_for_url(f"https://app.prolific.test/submissions/complete?cc={code}")
+
+
+def test_unknown_project_is_a_plain_404_page_and_pages_carry_a_csp(server: Server):
+    missing = httpx.get(server.page_url("no-such-project"))
+    assert missing.status_code == 404
+    assert missing.headers["content-type"].startswith("text/html")
+    assert "Not found" in missing.text
+    slug = server.project(TEXT_OBJECTS[:3])
+    found = httpx.get(server.page_url(slug))
+    assert found.status_code == 200
+    policy = found.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "object-src 'none'" in policy
+    assert "frame-ancestors *" in policy
+    assert "<script>" not in found.text  # no inline script: only the JSON data block
