@@ -19,6 +19,7 @@ from sklearn.neighbors import KNeighborsClassifier
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
+from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
 
 from app.learning.triplets import check_triplets
 
@@ -260,6 +261,12 @@ class _OrdinalEmbedding(BaseEstimator):
         -------
         self : object
             The fitted estimator.
+
+        Notes
+        -----
+        BLAS runs single-threaded during ``fit`` (restored afterwards):
+        L-BFGS-B's many tiny BLAS calls are far slower with threads on a
+        loaded machine. Run several fits in parallel processes instead.
         """
         self._validate_params()
         if n_objects is not None and (
@@ -279,16 +286,20 @@ class _OrdinalEmbedding(BaseEstimator):
         for restart in range(self.n_init):
             x0 = rng.standard_normal(n * self.n_components)
             progress.done = restart * self.max_iter
-            result = minimize(
-                self._objective,
-                x0,
-                args=(shape, index),
-                jac=True,
-                method="L-BFGS-B",
-                tol=self.tol,
-                options={"maxiter": self.max_iter},
-                callback=progress if callback is not None else None,
-            )
+            # L-BFGS-B makes many tiny BLAS calls; with BLAS threads on a busy
+            # machine they ran 15x slower in bench/embedding.py. Parallelise
+            # across processes (jobs) instead.
+            with threadpool_limits(limits=1, user_api="blas"):
+                result = minimize(
+                    self._objective,
+                    x0,
+                    args=(shape, index),
+                    jac=True,
+                    method="L-BFGS-B",
+                    tol=self.tol,
+                    options={"maxiter": self.max_iter},
+                    callback=progress if callback is not None else None,
+                )
             if best is None or result.fun < best.fun:
                 best = result
             if progress.stopped:
