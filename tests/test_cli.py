@@ -97,3 +97,23 @@ def test_serve_migrates_prints_the_admin_key_once_and_serves_the_demo(env, tmp_p
     finally:
         server.terminate()
         server.wait(timeout=20)
+
+
+def test_demo_plan_is_runnable(env):
+    """The demo's plan mixes random triplets, a k1 landmark design and gold checks."""
+    from app.db.models import Project
+    from app.db.session import make_engine, session_factory
+    from app.services.demo import DEMO_SLUG
+    from app.services.issuance import planner_for
+
+    run(env, "db", "upgrade")
+    run(env, "demo")
+    engine = make_engine(env["TRIPLETLAB_DATABASE_URL"])
+    with session_factory(engine)() as db:
+        project = db.query(Project).filter_by(slug=DEMO_SLUG).one()
+        kinds = [s["kind"] for s in project.plan["strategies"]]
+        assert kinds == ["random", "landmark_k1"]
+        assert project.plan["gold_rate"] > 0
+        planner = planner_for(project)
+        assert planner.gold_source is not None
+    engine.dispose()

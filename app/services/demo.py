@@ -13,12 +13,23 @@ from sqlalchemy.orm import Session
 from app.config import get_settings
 from app.db.models import Project
 from app.schemas.objects import ObjectCreate
+from app.schemas.plans import Plan, StrategySpec
 from app.schemas.projects import ProjectCreate
 from app.services.objects import add_objects
 from app.services.projects import create_project
 
 DEMO_SLUG = "digits-demo"
 DEMO_OBJECTS = 120
+# Random triplets for TripletBoost and the kernels, a k1 landmark design, and gold checks.
+DEMO_PLAN = Plan(
+    strategies=[
+        StrategySpec(kind="random", weight=2),
+        StrategySpec(kind="landmark_k1", weight=1, params={"n_landmarks": 10}),
+    ],
+    queries_per_session=20,
+    gold_rate=0.1,
+    min_answer_ms=300,
+)
 
 
 def digit_png(pixels: np.ndarray, size: int = 96) -> bytes:
@@ -65,4 +76,6 @@ def create_demo(db: Session, n_objects: int = DEMO_OBJECTS, seed: int = 0) -> Pr
             )
         )
     add_objects(db, project, objects)
+    project.plan = DEMO_PLAN.model_dump(mode="json")
+    db.commit()
     return project
