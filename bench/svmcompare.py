@@ -32,6 +32,7 @@ Run: ``nice -n 10 .venv/bin/python bench/svmcompare.py [--quick] [--delta gaussi
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import sys
 import time
@@ -144,7 +145,33 @@ def mean_sd(values: list[float]) -> str:
     return f"{values.mean():5.1f} ± {sd:4.1f}"
 
 
-def grid_study(args: argparse.Namespace) -> dict:
+def summarise(results: list[dict], n_fits: int) -> None:
+    """Print the table of the grid study from its cells (complete or partial)."""
+    Ns = sorted({r["N"] for r in results})
+    print("Test 0/1 error (%) of the model chosen by validation error, mean ± sd over seeds")
+    header = f"{'r(x)':6} {'N':>5} {'seeds':>5}  " + "  ".join(
+        f"{m:>13}" for m in (*METHODS, "truth")
+    )
+    print(header + "   paper compare")
+    print("-" * len(header) + "-" * 17)
+    for norm in NORMS:
+        for N in Ns:
+            rows = [r for r in results if r["norm"] == norm and r["N"] == N]
+            if not rows:
+                continue
+            cells = "  ".join(f"{mean_sd([r[m] for r in rows]):>13}" for m in (*METHODS, "truth"))
+            paper = f"{PAPER_COMPARE_N400[norm]:5.1f}" if N == 400 else ""
+            print(f"{norm:6} {N:>5} {len(rows):>5}  {cells}   {paper}")
+    failed = {m: sum(r["failed"][m] for r in results) for m in METHODS}
+    total = len(results) * n_fits
+    print(f"\nfits with no comparison function (bias beta >= 0), of {total} per method: {failed}")
+    print("\nchosen (C, gamma) of compare per seed at the largest N:")
+    for norm in NORMS:
+        chosen = [r["compare_params"] for r in results if r["norm"] == norm and r["N"] == Ns[-1]]
+        print(f"  {norm}: " + ", ".join(f"({C:.3g}, {g:.3g})" for C, g in chosen))
+
+
+def grid_study(args: argparse.Namespace) -> list[dict]:
     Ns = tuple(args.sizes) if args.sizes else (50, 100, 200, 400) if not args.quick else (50, 200)
     seeds = (1, 2, 3, 4) if not args.quick else (1, 2)
     n_grid = 10 if not args.quick else 5
@@ -152,13 +179,11 @@ def grid_study(args: argparse.Namespace) -> dict:
     gammas = 2 ** np.linspace(-8, 4, n_grid)
     test_n = 10_000 if not args.quick else 2_000
     jobs = []
-    pools = {}
     for norm in NORMS:
         pool = simulate(norm, args.pool, args.delta, np.random.default_rng([1, len(norm)]))
         is_tie = pool["y"] == 0
         test_free = np.ones(args.pool, dtype=bool)
         test_index = half_and_half(is_tie, test_free, test_n, np.random.default_rng(1))
-        pools[norm] = (pool, is_tie, test_free, test_index)
         for N in Ns:
             for seed in seeds:
                 rng = np.random.default_rng(seed)
@@ -166,44 +191,42 @@ def grid_study(args: argparse.Namespace) -> dict:
                 train = take(pool, half_and_half(is_tie, free, N, rng))
                 valid = take(pool, half_and_half(is_tie, free, N, rng))
                 jobs.append((norm, N, seed, train, valid, take(pool, test_index)))
+    # largest N first (the paper's comparison point), so a partial run is still useful
+    jobs.sort(key=lambda job: (-job[1], job[2], list(NORMS).index(job[0])))
     print(
         f"# grid study: delta={args.delta}, N in {Ns}, seeds {seeds}, "
         f"{n_grid}x{n_grid} grid, test set {test_n} pairs (half ties), "
-        f"{len(jobs)} cells x 3 methods x {n_grid**2} fits",
+        f"{len(jobs)} cells x 3 methods x {n_grid**2} fits; cells in {args.cells}",
         flush=True,
     )
     start = time.perf_counter()
-    results = Parallel(n_jobs=args.n_jobs, verbose=0)(
+    results = []
+    cells = Parallel(n_jobs=args.n_jobs, return_as="generator")(
         delayed(run_cell)(*job, (Cs, gammas)) for job in jobs
     )
-    print(f"# grid study took {time.perf_counter() - start:.0f} s", flush=True)
-    print()
-    print("Test 0/1 error (%) of the model chosen by validation error, mean ± sd over seeds")
-    header = f"{'r(x)':6} {'N':>5}  " + "  ".join(f"{m:>13}" for m in (*METHODS, "truth"))
-    print(header + "   paper compare")
-    print("-" * len(header) + "-" * 17)
-    for norm in NORMS:
-        for N in Ns:
-            rows = [r for r in results if r["norm"] == norm and r["N"] == N]
-            cells = "  ".join(f"{mean_sd([r[m] for r in rows]):>13}" for m in (*METHODS, "truth"))
-            paper = f"{PAPER_COMPARE_N400[norm]:5.1f}" if N == 400 else ""
-            print(f"{norm:6} {N:>5}  {cells}   {paper}")
-    failed = {m: sum(r["failed"][m] for r in results) for m in METHODS}
-    total = len(results) * n_grid**2
-    print(f"\nfits with no comparison function (bias beta >= 0), of {total} per method: {failed}")
-    print("\nchosen (C, gamma) per cell for compare at the largest N:")
-    for norm in NORMS:
-        chosen = [r["compare_params"] for r in results if r["norm"] == norm and r["N"] == Ns[-1]]
-        print(f"  {norm}: " + ", ".join(f"({C:.3g}, {g:.3g})" for C, g in chosen))
-    return {"results": results, "pools": pools, "Ns": Ns}
+    with open(args.cells, "w") as out:
+        for result in cells:
+            results.append(result)
+            out.write(json.dumps(result) + "\n")
+            out.flush()
+            print(
+                f"  cell {result['norm']:4} N={result['N']:>3} seed {result['seed']}: "
+                + ", ".join(f"{m} {result[m]:.1f}%" for m in (*METHODS, "truth"))
+                + f"  [{time.perf_counter() - start:.0f} s]",
+                flush=True,
+            )
+    print(f"# grid study took {time.perf_counter() - start:.0f} s\n", flush=True)
+    summarise(results, n_grid**2)
+    return results
 
 
-def scale_study(args: argparse.Namespace, grid: dict) -> None:
+def scale_study(args: argparse.Namespace, results: list[dict]) -> None:
     norm = args.scale_norm
-    results = [r for r in grid["results"] if r["norm"] == norm and r["N"] == grid["Ns"][-1]]
+    largest_n = max(r["N"] for r in results)
+    results = [r for r in results if r["norm"] == norm and r["N"] == largest_n]
     # the hyperparameters chosen most often for compare at the largest N of the grid study
-    params = [r["compare_params"] for r in results]
-    C, gamma = max(set(params), key=params.count)
+    params = [tuple(r["compare_params"]) for r in results]
+    C, gamma = max(sorted(set(params)), key=params.count)
     exact_sizes = (400, 1000, 2000, 4000) if not args.quick else (400, 1000)
     primal_sizes = (
         (400, 1000, 2000, 4000, 20_000, 100_000) if not args.quick else (400, 1000, 20_000)
@@ -214,7 +237,7 @@ def scale_study(args: argparse.Namespace, grid: dict) -> None:
     is_tie = big["y"] == 0
     print(
         f"\n# scale study: r(x) = {norm}, delta={args.delta}, C = {C:.3g}, gamma = {gamma:.3g} "
-        f"(chosen for compare at N = {grid['Ns'][-1]}), test set 10,000 pairs, "
+        f"(chosen for compare at N = {largest_n}), test set 10,000 pairs, "
         f"{len(reps)} repetition(s), fit time in seconds on a shared machine"
     )
     rows = []
@@ -287,6 +310,12 @@ def main() -> None:
     parser.add_argument("--n-jobs", type=int, default=1)
     parser.add_argument("--pool", type=int, default=40_000, help="simulated pairs per norm")
     parser.add_argument("--scale-norm", choices=tuple(NORMS), default="l1")
+    parser.add_argument(
+        "--cells", default="bench/results/svmcompare_cells.jsonl", help="per-cell results"
+    )
+    parser.add_argument(
+        "--summarise", action="store_true", help="read --cells instead of running the grid"
+    )
     parser.add_argument("--sizes", type=int, nargs="+", help="training set sizes N")
     parser.add_argument("--no-scale", action="store_true", help="skip the scale study")
     parser.add_argument(
@@ -298,9 +327,15 @@ def main() -> None:
     args = parser.parse_args()
     print(f"# bench/svmcompare.py {' '.join(sys.argv[1:])}")
     print(f"# {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()}, shared machine")
-    grid = grid_study(args)
+    if args.summarise:
+        with open(args.cells) as lines:
+            results = [json.loads(line) for line in lines]
+        print(f"# summary of {len(results)} cells read from {args.cells}")
+        summarise(results, 25 if args.quick else 100)
+    else:
+        results = grid_study(args)
     if not args.no_scale:
-        scale_study(args, grid)
+        scale_study(args, results)
 
 
 if __name__ == "__main__":
