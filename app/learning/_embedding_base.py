@@ -28,7 +28,7 @@ __all__ = ["ProgressCallback", "embedding_knn_predict", "triplet_accuracy"]
 ProgressCallback = Callable[[int, int, float], None]
 """``callback(iterations_done, iterations_total, loss)``, see ``fit``."""
 
-_DENSE_MAX_OBJECTS = 3000  # n x n float matrices of at most 72 MB
+_DENSE_MAX_OBJECTS = 2000  # a few n x n float temporaries of at most 32 MB each
 _EPS = 1e-12  # floor for distances and probabilities before division or log
 
 

@@ -2,10 +2,15 @@
 
 Each estimator places the objects ``0 .. n_objects - 1`` in ``R^n_components``
 so that as many triplets as possible hold: a row ``(anchor, near, far)`` asks
-for ``d(anchor, near) < d(anchor, far)``. All four minimise a sum over
+for ``d(anchor, near) < d(anchor, far)``. All four minimise an average over
 triplets of a loss of the two distances with L-BFGS-B
 (:func:`scipy.optimize.minimize`) on the flattened embedding; gradients are
-vectorised over triplets and scattered with one :func:`numpy.bincount`.
+vectorised over triplets and scattered with :func:`numpy.bincount`, into an
+n x n Laplacian when that is cheaper (see ``_embedding_base._TripletIndex``).
+
+Typical use in the service: ``est = SOE(n_components=dims).fit(train, n)``,
+``est.embedding_`` for coordinates, ``est.score(held_out)`` for held-out
+triplet accuracy, ``embedding_knn_predict(est.embedding_, ...)`` for labels.
 
 These are the baselines Salmon and NEXT offer; cblearn implements the same
 four but pins numpy 1.26, which the project does not accept.
