@@ -263,6 +263,11 @@
     return ready;
   }
 
+  // What a screen reader says for an object: its visible text, else its name (the alt).
+  function describe(obj) {
+    return obj.text || obj.name;
+  }
+
   function card(tag, obj, slot, label) {
     const el = document.createElement(tag);
     el.className = "card";
@@ -282,7 +287,7 @@
   }
 
   function choiceButton(obj, slot, side, arrow) {
-    const { el, ready } = card("button", obj, slot, `${side}: ${obj.name}`);
+    const { el, ready } = card("button", obj, slot, `${side}: ${describe(obj)}`);
     el.type = "button";
     el.classList.add("choice");
     el.dataset.choice = String(obj.index);
@@ -302,7 +307,7 @@
     if (query.kind === "triplet") {
       wording.textContent = config.question;
       root.appendChild(wording);
-      const anchor = card("div", objects[0], "anchor", `Top: ${objects[0].name}`);
+      const anchor = card("div", objects[0], "anchor", `Top: ${describe(objects[0])}`);
       anchor.el.classList.add("anchor");
       anchor.el.setAttribute("role", "img");
       const candidates = document.createElement("div");
@@ -317,8 +322,8 @@
       root.appendChild(wording);
       const pair = document.createElement("div");
       pair.className = "pair";
-      const left = card("div", objects[0], "left-object", `Left: ${objects[0].name}`);
-      const right = card("div", objects[1], "right-object", `Right: ${objects[1].name}`);
+      const left = card("div", objects[0], "left-object", `Left: ${describe(objects[0])}`);
+      const right = card("div", objects[1], "right-object", `Right: ${describe(objects[1])}`);
       for (const c of [left, right]) c.el.setAttribute("role", "img");
       pair.append(left.el, right.el);
       const buttons = document.createElement("div");

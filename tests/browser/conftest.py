@@ -1,7 +1,7 @@
 """Browser-test fixtures: a real server in a subprocess, Debian's Chromium through Playwright.
 
 The server is ``tripletlab serve`` (``python -m app.cli serve``) on a free port, on a fresh
-SQLite database in a temporary directory, migrated and given an admin key by the CLI.
+SQLite database in a temporary directory, migrated and given an admin key beforehand.
 Projects are set up through the researcher REST API, answers read back from it.
 """
 
@@ -17,12 +17,17 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy.orm import Session
 
+from app.db.migrate import upgrade
+from app.db.session import make_engine
+from app.services.auth import create_key
 from tests.browser.support import Server, free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts"
 SERVER_START_TIMEOUT = 120.0  # seconds; the shared test machine can be slow to import
 
 
@@ -36,21 +41,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "TRIPLETLAB_DATA_DIR": str(root / "data"),
         "TRIPLETLAB_DEMO": "false",
         "TRIPLETLAB_PUBLIC_URL": "",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
-    cli = [sys.executable, "-m", "app.cli"]
-    subprocess.run([*cli, "db", "upgrade"], env=env, cwd=root, check=True, capture_output=True)
-    created = subprocess.run(
-        [*cli, "keys", "create", "--role", "admin", "--name", "browser tests"],
-        env=env,
-        cwd=root,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    key = created.stdout.strip().splitlines()[-1]
+    # Migrate and create the admin key in-process (the CLI would do the same, slower).
+    engine = make_engine(env["TRIPLETLAB_DATABASE_URL"])
+    upgrade(engine)
+    with Session(engine) as db:
+        _, key = create_key(db, "admin", "browser tests")
+    engine.dispose()
     log = (root / "server.log").open("w")
     process = subprocess.Popen(
-        [*cli, "serve", "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
         env=env,
         cwd=root,
         stdout=log,
@@ -109,7 +110,7 @@ def context(browser: Any) -> Iterator[Any]:
 
 @pytest.fixture
 def page(context: Any) -> Iterator[Any]:
-    """A page that records dialogs (and dismisses them) and uncaught script errors."""
+    """A page that records dialogs (dismissing them), script errors and CSP violations."""
     page = context.new_page()
     page.dialogs = []
     page.errors = []
@@ -120,8 +121,14 @@ def page(context: Any) -> Iterator[Any]:
 
     page.on("dialog", on_dialog)
     page.on("pageerror", lambda error: page.errors.append(str(error)))
+
+    def on_console(message: Any) -> None:
+        if "Content Security Policy" in message.text:
+            page.errors.append(message.text)
+
+    page.on("console", on_console)
     yield page
-    assert page.errors == [], f"script errors on the page: {page.errors}"
+    assert page.errors == [], f"script errors or CSP violations on the page: {page.errors}"
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import io
 import random
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -177,7 +178,7 @@ def slow(route: Any) -> None:
 
 
 def test_layout_at_360_px_and_images_never_half_loaded(
-    server: Server, context: Any, page: Any, artifacts: Any
+    server: Server, context: Any, page: Any, artifacts: Path
 ):
     slug = server.project(images=IMAGES, plan=plan("random", 4), prefix="shapes")
     pair_slug = server.project(images=IMAGES, plan=plan("pairs", 2), prefix="shape-pairs")
@@ -292,7 +293,9 @@ def test_lost_connection_retries_and_counts_once(server: Server, context: Any, p
     assert (rows[0]["a"], rows[0]["b"]) == (anchor, left)
 
 
-def test_mturk_preview_issues_nothing_and_accepted_hit_submits(server: Server, page: Any):
+def test_mturk_preview_issues_nothing_and_accepted_hit_submits(
+    server: Server, page: Any, artifacts: Path
+):
     slug = server.project(TEXT_OBJECTS, plan=plan("random", 2), consent="I agree to take part.")
     calls = []
     page.on("request", lambda request: calls.append((request.method, request.url)))
@@ -308,6 +311,7 @@ def test_mturk_preview_issues_nothing_and_accepted_hit_submits(server: Server, p
     assert page.is_visible("#consent")
     assert not page.is_visible("#start")
     assert [url for _, url in calls if "/api/" in url] == []
+    page.screenshot(path=str(artifacts / "worker-mturk-preview.png"), full_page=True)
 
     submitted = []
 
@@ -335,7 +339,7 @@ def test_mturk_preview_issues_nothing_and_accepted_hit_submits(server: Server, p
     assert f"completion_code={code}" in submitted[0]
 
 
-def test_completion_redirects_to_the_platform(server: Server, page: Any):
+def test_completion_redirects_to_the_platform(server: Server, page: Any, artifacts: Path):
     slug = server.project(
         TEXT_OBJECTS,
         plan=plan("random", 2, "https://app.prolific.test/submissions/complete?cc={code}"),
@@ -350,6 +354,7 @@ def test_completion_redirects_to_the_platform(server: Server, page: Any):
         shown = wait_ready(page, shown["token"])
     code = page.text_content("#completion-code").strip()
     assert page.is_visible("#redirect-note")
+    page.screenshot(path=str(artifacts / "worker-done.png"), full_page=True)
     assert page.get_attribute("#redirect-link", "href").endswith(f"cc={code}")
     page.wait_for_url(f"https://app.prolific.test/submissions/complete?cc={code}")
 
@@ -366,3 +371,10 @@ def test_unknown_project_is_a_plain_404_page_and_pages_carry_a_csp(server: Serve
     assert "script-src 'self'" in policy and "object-src 'none'" in policy
     assert "frame-ancestors *" in policy
     assert "<script>" not in found.text  # no inline script: only the JSON data block
+
+
+def test_project_without_a_plan_says_it_is_closed(server: Server, page: Any):
+    slug = server.project(TEXT_OBJECTS[:3])
+    page.goto(server.page_url(slug, "participant=early"))
+    page.wait_for_selector("#closed-note:not([hidden])")
+    assert not page.is_visible("#start")
