@@ -70,10 +70,8 @@ def read_worker_page(request: Request, slug: str, db: SessionDep) -> HTMLRespons
         )
     config = {
         "slug": project.slug,
-        "name": project.name,
         "question": project.question,
         "pair_question": project.pair_question,
-        "has_consent": bool(project.consent.strip()),
         "api": f"/api/w/{project.slug}",
         "sessions_api": "/api/w/sessions",
     }

@@ -488,7 +488,7 @@
     const code = typeof data.completion_code === "string" ? data.completion_code : "";
     if (code) state.answered = Math.max(state.answered, state.total);
     updateProgress();
-    $("done-title").textContent = code ? "Thank you!" : "Nothing to answer right now";
+    $("done-title").textContent = code ? "All done" : "Nothing to answer right now";
     $("done").classList.toggle("no-code", !code);
     $("done-message").textContent = data.message || "You have answered every question.";
     $("completion-code").textContent = code;
