@@ -80,6 +80,32 @@ def landmark_triplet_mask(triplets: ArrayLike, landmarks: ArrayLike, kind: str) 
     return is_landmark[:, 0] & (is_landmark[:, 1] | is_landmark[:, 2])
 
 
+def _comparison_values(
+    triplets: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct comparisons (anchor a, pair lo < hi) and their §2 value.
+
+    §2 "Contradicting similarity triplets": value =
+    (#(a, lo, hi) - #(a, hi, lo)) / (#(a, lo, hi) + #(a, hi, lo)). The counts are
+    summed by a CSR matrix (rows: anchors, columns: the pair code lo·n + hi)
+    whose data packs both counts in one int64, (#(a, lo, hi) << 32) + #both:
+    a counting sort by anchor and a sort within each anchor's row, no global
+    sort of |S| codes.
+    """
+    anchor, near, far = triplets[:, 0], triplets[:, 1], triplets[:, 2]
+    pair = np.minimum(near, far).astype(np.int64) * n + np.maximum(near, far)
+    packed = np.where(near < far, (1 << 32) + 1, 1).astype(np.int64)
+    counts = sp.csr_matrix((packed, (anchor, pair)), shape=(n, n * n))
+    del pair, packed
+    counts.sum_duplicates()
+    closer_to_lo = (counts.data >> 32).astype(np.float64)
+    total = (counts.data & 0xFFFFFFFF).astype(np.float64)
+    value = (2.0 * closer_to_lo - total) / total
+    a = np.repeat(np.arange(n, dtype=np.intp), np.diff(counts.indptr))
+    lo, hi = np.divmod(counts.indices.astype(np.int64), n)
+    return a, lo.astype(np.intp), hi.astype(np.intp), value
+
+
 class TripletKernel(BaseEstimator):
     """Triplet kernel k1 or k2 of Kleindessner & von Luxburg (2017) [1]_.
 
@@ -135,11 +161,13 @@ class TripletKernel(BaseEstimator):
     L                         ``landmarks_``
     ========================  =============================================
 
-    Building Φ costs one sort of the |S| comparison codes (``np.unique``),
-    O(|S| log |S|) time and O(|S|) memory, no loop over triplets. K is n × n:
+    Building Φ sums the counts of each comparison with a sparse matrix (a
+    counting sort by anchor, then a sort within each anchor's triplets):
+    O(|S| log r) time for r triplets per anchor, O(|S|) memory, no loop over
+    triplets. K is n × n:
     use ``kernel_matrix`` up to n ≈ 10^4 and the feature routes of
     :mod:`app.learning.kernel_methods` (which never form K) beyond. Without
-    landmarks, n^3 must stay below 2^63 (n ≲ 2·10^6).
+    landmarks, n^2 must stay below 2^63.
 
     Since K is a Gram matrix, λ_min ≥ 0: whenever n_features < n (a landmark
     design with C(|L|, 2) < n) or some object has no triplets, λ_min = 0
@@ -192,8 +220,8 @@ class TripletKernel(BaseEstimator):
         self : TripletKernel
         """
         self._validate_params()
-        triplets = check_triplets(triplets)
         if n_objects is None:
+            triplets = check_triplets(triplets)
             seen = [triplets.max() + 1 if triplets.size else 0]
             if self.landmarks is not None and np.size(self.landmarks):
                 seen.append(int(np.max(self.landmarks)) + 1)
@@ -205,29 +233,14 @@ class TripletKernel(BaseEstimator):
             raise ValueError(f"n_objects must be at least 1, got {n}")
         triplets = check_triplets(triplets, n)
         if self.landmarks is None:
-            if n >= 2_000_000:
-                raise ValueError(
-                    f"n_objects={n} is too large for general triplets (codes overflow int64); "
-                    "use a landmark design"
-                )
             landmarks, position = None, None
         else:
             landmarks, position = _landmark_positions(self.landmarks, n)
             self._check_design(triplets, position)
 
-        anchor, near, far = triplets[:, 0], triplets[:, 1], triplets[:, 2]
-        lo, hi = np.minimum(near, far), np.maximum(near, far)
-        # +1 when the triplet says d(anchor, lo) < d(anchor, hi), -1 for the converse.
-        sign = np.where(near < far, 1.0, -1.0)
-        # §2 "Contradicting similarity triplets": per distinct comparison
-        # (anchor, {lo, hi}), value = (#(a, lo, hi) - #(a, hi, lo)) / (# both).
-        code = (anchor.astype(np.int64) * n + lo) * n + hi
-        unique, inverse = np.unique(code, return_inverse=True)
-        value = np.bincount(inverse, weights=sign, minlength=unique.size).astype(np.float64)
-        value /= np.bincount(inverse, minlength=unique.size)
-        a, rest = np.divmod(unique, n * n)
-        lo, hi = np.divmod(rest, n)
-        self.n_comparisons_ = int(unique.size)
+        a, lo, hi, value = _comparison_values(triplets, n)
+        del triplets
+        self.n_comparisons_ = int(a.size)
 
         if self.kind == "k1":
             # Eq. (2): object a, feature {lo, hi}, value as above.

@@ -137,6 +137,10 @@ def test_kernel_pca_routes_agree_with_pca_on_features(monkeypatch: pytest.Monkey
     monkeypatch.setattr(kernel_methods, "_COVARIANCE_MAX_FEATURES", 0)  # the sparse-SVD branch
     assert np.allclose(kernel_pca(tk, 3, route="features"), reference, atol=1e-6)
     assert np.allclose(kernel_pca(tk.features_, 3), reference, atol=1e-6)
+    monkeypatch.setattr(kernel_methods, "_DENSE_FEATURES_MIN_DENSITY", 2.0)  # keep Φ sparse
+    assert np.allclose(kernel_pca(tk, 3, route="features"), reference, atol=1e-6)
+    monkeypatch.setattr(kernel_methods, "_COVARIANCE_MAX_FEATURES", 2048)
+    assert np.allclose(kernel_pca(tk, 3, route="features"), reference, atol=1e-8)
     assert np.allclose(kernel_pca(tk.kernel_matrix(), 3), reference, atol=1e-8)
     assert np.allclose(kernel_pca(tk, 3), dense)  # auto: small n is precomputed
 
