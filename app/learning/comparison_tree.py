@@ -20,6 +20,11 @@ stateful generator. This is the ``default_rng([seed, step])`` idea taken one
 step further: the tree depends only on the seed and the answers, never on the
 order in which answers arrive, so a replay, a resumed build and an offline
 batch build with the same answers give the identical tree.
+
+Offline, many trees are driven together (``ComparisonTreeBuilder._batch`` and
+``ComparisonTreeRouter._batch``, used by :mod:`app.learning.comprf`): every
+level of every tree in a batch is one vectorised oracle call and one round of
+array bookkeeping, and each tree comes out exactly as if built alone.
 """
 
 from __future__ import annotations
