@@ -407,14 +407,30 @@
     await loadNext();
   }
 
+  const LOADING_TEXT = "Loading the next question…";
+
   async function loadNext() {
     setBusy(true);
+    // Say so when the next question is slow to arrive (a slow line, large images).
+    const slow = window.setTimeout(() => {
+      if (!$("status").textContent) setStatus(LOADING_TEXT);
+    }, 1500);
+    try {
+      await showNext();
+    } finally {
+      window.clearTimeout(slow);
+      if ($("status").textContent === LOADING_TEXT) setStatus("");
+    }
+  }
+
+  async function showNext() {
     const result = await request("GET", sessionUrl("next"), undefined, {
       what: "Your answers so far are saved.",
     });
-    if (result.status === 401 || result.status === 403) return showSuperseded(result);
+    if (result.status === 401 || result.status === 403) return showSuperseded();
     if (result.status !== 200) {
-      return showProblem(detail(result, "The next question could not be loaded."), "Try again", loadNext);
+      const text = detail(result, "The next question could not be loaded.");
+      return showProblem(text, "Try again", loadNext);
     }
     if (result.data.done) return showDone(result.data);
     const query = result.data.query;
@@ -445,7 +461,7 @@
       { token: query.token, choice, client_ms: clientMs },
       { what: "Your answer is kept and will count once." },
     );
-    if (result.status === 401 || result.status === 403) return showSuperseded(result);
+    if (result.status === 401 || result.status === 403) return showSuperseded();
     if (result.status === 200 || result.status === 201) {
       state.answered = Number(result.data.answered);
       if (result.data.total) state.total = Number(result.data.total);
@@ -547,11 +563,10 @@
     $("problem-title").focus({ preventScroll: true });
   }
 
-  function showSuperseded(result) {
+  function showSuperseded() {
     showProblem(
-      detail(result, "") ||
-        "This study was opened in another tab or window, so this one has paused. " +
-          "You can continue here instead.",
+      "This study was opened in another tab or window, so this one has paused. " +
+        "Your answers so far are saved; you can continue here instead.",
       "Continue here",
       startSession,
     );

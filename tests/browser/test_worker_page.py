@@ -244,6 +244,29 @@ def test_reload_resumes_the_same_session_and_question(server: Server, page: Any)
     assert len({row["participant"] for row in rows}) == 1
 
 
+def test_a_second_tab_takes_over_and_the_first_can_continue(
+    server: Server, context: Any, page: Any
+):
+    slug = server.project(TEXT_OBJECTS, plan=plan("random", 3))
+    url = server.page_url(slug, "participant=two-tabs")
+    first = start(page, url)
+    other = context.new_page()
+    other.goto(url)  # this browser started already: it resumes at once, with a new token
+    second = wait_ready(other)
+    assert second == first
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_selector("#problem:not([hidden])")
+    assert "another tab" in page.text_content("#problem-text")
+    assert server.answers(slug) == []
+    page.click("#problem-action")
+    assert wait_ready(page) == first  # the same open question, now answerable here
+    page.keyboard.press("ArrowLeft")
+    wait_ready(page, first["token"])
+    rows = server.answers(slug)
+    assert [(row["a"], row["b"]) for row in rows] == [tuple(first["indices"][:2])]
+    other.close()
+
+
 def test_lost_connection_retries_and_counts_once(server: Server, context: Any, page: Any):
     slug = server.project(TEXT_OBJECTS, plan=plan("random", 3))
     shown = start(page, server.page_url(slug, "participant=flaky"))
