@@ -41,6 +41,11 @@ class Settings(BaseSettings):
     job_workers: int = Field(
         default=1, description="Size of the process pool that runs training jobs."
     )
+    run_jobs: bool = Field(
+        default=True,
+        description="Run the job runner in this server process (it hands training jobs to "
+        "the process pool or Dask). Set false for extra web-only processes.",
+    )
     dask_scheduler: str = Field(
         default="",
         description="Address of a Dask distributed scheduler (e.g. `tcp://10.0.0.5:8786`); "

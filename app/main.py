@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from app.api import answers, objects, pages, participants, plans, projects, worker
+from app.api import (
+    answers,
+    objects,
+    pages,
+    participants,
+    plans,
+    predictions,
+    projects,
+    training,
+    worker,
+)
 from app.api.uploads import BodySizeLimit
 from app.config import Settings, get_settings
 from app.errors import install_error_handlers
@@ -17,7 +29,22 @@ FRONTEND_STATIC = Path(__file__).resolve().parents[1] / "frontend" / "static"
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        runner = None
+        if settings.run_jobs:
+            from app.jobs.runner import JobRunner
+
+            runner = JobRunner.from_settings(settings)
+            runner.start()
+        app.state.job_runner = runner
+        yield
+        if runner is not None:
+            runner.stop()
+
     app = FastAPI(
+        lifespan=lifespan,
         title="Triplet Lab",
         summary="Collect human comparisons, ask the next question actively, learn from answers.",
         version="0.1.0",
@@ -32,6 +59,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         participants.router,
         worker.router,
         pages.router,
+        training.router,
+        predictions.router,
     ):
         app.include_router(router)
     media = settings.data_dir / "media"

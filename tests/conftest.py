@@ -14,6 +14,7 @@ _DATA_DIR = Path(tempfile.mkdtemp(prefix="tripletlab-test-"))
 os.environ["TRIPLETLAB_DATA_DIR"] = str(_DATA_DIR)
 os.environ["TRIPLETLAB_DEMO"] = "false"
 os.environ["TRIPLETLAB_MAX_UPLOAD_MB"] = "2"
+os.environ["TRIPLETLAB_RUN_JOBS"] = "false"
 
 from fastapi.testclient import TestClient  # noqa: E402
 from sqlalchemy import Engine, text  # noqa: E402

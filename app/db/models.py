@@ -264,8 +264,11 @@ class Job(Base):
     error: Mapped[str] = mapped_column(Text, default="")
     trigger: Mapped[str] = mapped_column(String(12), default="request")  # request | auto | cli
     model_id: Mapped[int | None] = mapped_column(Integer)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Written every few seconds by the process running the job; a stale one means it died.
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 

@@ -74,8 +74,10 @@ def upgrade() -> None:
         sa.Column("error", sa.Text(), nullable=False),
         sa.Column("trigger", sa.String(length=12), nullable=False),
         sa.Column("model_id", sa.Integer(), nullable=True),
+        sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("started_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("heartbeat_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("finished_at", sa.DateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["project_id"],
