@@ -1,0 +1,101 @@
+"""Training requests that cannot succeed get 422 saying what is missing, and queue nothing."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from app.db.models import Job
+from tests.factories import make_project, random_triplets
+
+
+@pytest.fixture
+def project(client, auth_headers):
+    make_project(client, auth_headers, "train")
+
+
+def add(client, headers, objects, triplets=(), pairs=()):  # type: ignore[no-untyped-def]
+    client.post("/api/projects/train/objects", json=objects, headers=headers)
+    if triplets or pairs:
+        body = {"triplets": list(triplets), "pairs": list(pairs)}
+        assert (
+            client.post("/api/projects/train/answers", json=body, headers=headers).status_code
+            == 201
+        )
+
+
+def request(client, headers, kind, **params):  # type: ignore[no-untyped-def]
+    return client.post(
+        "/api/projects/train/models", json={"kind": kind, "params": params}, headers=headers
+    )
+
+
+def jobs(db) -> int:
+    return db.scalar(select(func.count()).select_from(Job))
+
+
+PLAIN = [{"name": f"o{i}"} for i in range(10)]
+LABELLED_ONE_CLASS = [{"name": f"o{i}", "label": "a"} for i in range(10)]
+WITH_FEATURES = [{"name": f"o{i}", "features": [i, i % 3], "label": "ab"[i % 2]} for i in range(10)]
+
+
+CASES = {
+    "tripletboost-no-labels": (PLAIN, 30, 0, "tripletboost", {}, "at least 2 classes, found 0"),
+    "tripletboost-one-class": (LABELLED_ONE_CLASS, 30, 0, "tripletboost", {}, "found 1"),
+    "metricboost-no-features": (PLAIN, 30, 0, "metricboost", {}, "feature vector"),
+    "svmcompare-no-features": (PLAIN, 0, 30, "svmcompare", {}, "feature vector"),
+    "svmcompare-no-pairs": (WITH_FEATURES, 30, 0, "svmcompare", {}, "at least 20 pair answers"),
+    "too-few-triplets": (
+        WITH_FEATURES,
+        5,
+        0,
+        "kernel",
+        {},
+        "at least 20 triplet answers, the project has 5",
+    ),
+    "unknown-param": (WITH_FEATURES, 30, 0, "kernel", {"bandwidth": 3}, "params.bandwidth"),
+    "bad-param-value": (WITH_FEATURES, 30, 0, "embedding", {"method": "umap"}, "params.method"),
+    "bad-landmarks": (WITH_FEATURES, 30, 0, "kernel", {"landmarks": [0, 99]}, "landmarks"),
+}
+
+
+@pytest.mark.parametrize(
+    "objects,n_triplets,n_pairs,kind,params,expected", CASES.values(), ids=CASES.keys()
+)
+def test_untrainable_requests_are_422(
+    client, auth_headers, project, db, objects, n_triplets, n_pairs, kind, params, expected
+):
+    pairs = [[i % 10, (i + 1) % 10, (i % 3) - 1] for i in range(n_pairs)]
+    add(client, auth_headers, objects, random_triplets(10, n_triplets), pairs)
+    response = request(client, auth_headers, kind, **params)
+    assert response.status_code == 422, response.text
+    assert expected in response.json()["detail"]
+    assert jobs(db) == 0
+
+
+def test_unknown_kind_is_422(client, auth_headers, project, db):
+    response = request(client, auth_headers, "deep-learning")
+    assert response.status_code == 422
+    assert "kind" in response.json()["detail"]
+    assert jobs(db) == 0
+
+
+def test_flagged_answers_are_left_out_unless_asked(client, auth_headers, project, db):
+    from app.db.models import Participant, Project
+    from app.services.training_data import load_training_data
+    from tests.factories import answer_all, open_session, set_plan
+
+    add(client, auth_headers, WITH_FEATURES, random_triplets(10, 30))
+    set_plan(client, auth_headers, "train", queries_per_session=5)
+    session_id, headers = open_session(client, "train", participant="spammer")
+    answer_all(client, session_id, headers)
+    participant = db.scalar(select(Participant).where(Participant.external_id == "spammer"))
+    client.post(f"/api/projects/train/participants/{participant.id}/flag", headers=auth_headers)
+    project = db.scalar(select(Project).where(Project.slug == "train"))
+    assert len(load_training_data(db, project).triplets) == 30
+    assert len(load_training_data(db, project, include_flagged=True).triplets) == 35
+
+
+def test_job_routes_404_for_unknown_and_foreign_jobs(client, auth_headers, db):
+    assert client.get("/api/jobs/12345", headers=auth_headers).status_code == 404
+    assert client.delete("/api/jobs/12345", headers=auth_headers).status_code == 404
