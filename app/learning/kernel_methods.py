@@ -250,15 +250,17 @@ class KernelKMeans(ClusterMixin, BaseEstimator):
         return np.diag(K)[:, None] - 2 * k_onehot / sizes + within / sizes**2
 
     def _lloyd(self, K: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, float, int]:
-        n_iter = 0
+        n_iter, converged = 0, False
         for n_iter in range(1, self.max_iter + 1):  # noqa: B007 (n_iter is reported)
             distances = self._distances(K, labels)
             new = np.argmin(distances, axis=1)
             new = self._refill_empty(new, distances[np.arange(len(new)), new])
-            if np.array_equal(new, labels):
+            converged = np.array_equal(new, labels)
+            if converged:
                 break
             labels = new
-        distances = self._distances(K, labels)
+        if not converged:  # distances belong to the previous labels
+            distances = self._distances(K, labels)
         inertia = float(np.maximum(distances[np.arange(len(labels)), labels], 0.0).sum())
         return labels, inertia, n_iter
 
@@ -332,7 +334,12 @@ def kernel_pca(source: object, n_components: int = 2, *, route: str = "auto") ->
             f"n_components must be in [1, {n - 1}] for {n} objects, got {n_components}"
         )
     if route == "precomputed":
-        model = KernelPCA(n_components=n_components, kernel="precomputed", random_state=0)
+        # ARPACK for the few top eigenvectors; scikit-learn's "auto" would run a full
+        # dense eigendecomposition (O(n^3)) from 10 components on.
+        solver = "dense" if n <= 500 else "arpack"
+        model = KernelPCA(
+            n_components=n_components, kernel="precomputed", eigen_solver=solver, random_state=0
+        )
         return _flip_signs(model.fit_transform(data))
     return _flip_signs(_feature_pca(_dense_if_worth(data), n_components))
 
