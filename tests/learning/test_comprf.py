@@ -273,6 +273,15 @@ def test_classifier_string_labels_with_none_and_redundancy():
     )
 
 
+def test_subsample_builds_each_tree_on_a_fraction():
+    X, y = blobs(5, 60)
+    clf = ComparisonForestClassifier(n_estimators=3, subsample=0.5, random_state=0)
+    clf.fit(euclidean_oracle(X), y)
+    samples = [np.sort(t.order) for t in clf.estimators_]
+    assert all(len(s) == 30 for s in samples)
+    assert not np.array_equal(samples[0], samples[1])
+
+
 def test_split_pure_false_saves_questions():
     X, y = blobs(2)
     oracle = euclidean_oracle(X)
