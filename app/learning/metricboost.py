@@ -487,15 +487,19 @@ class _TripletWeights:
         self.n_pairs = len(pairs)
         self.D = np.full(self.n_triplets, 1.0 / self.n_triplets)  # D_1 = 1/m
         self.near, self.far = self.inverse[: self.n_triplets], self.inverse[self.n_triplets :]
+        self.W = _csr_pattern(self.rows, self.cols, n)  # pairs are sorted by (row, col)
+        self._z: np.ndarray | None = None
 
     def _pair_values(self, z: np.ndarray) -> np.ndarray:
-        return np.square(z[self.rows] - z[self.cols])
+        if self._z is not z:
+            self._z, self._p = z, np.square(z[self.rows] - z[self.cols])
+        return self._p
 
     def matrix8(self) -> np.ndarray:
         w = np.bincount(self.far, self.D, self.n_pairs) - np.bincount(
             self.near, self.D, self.n_pairs
         )
-        return _pair_scatter(self.X, self.rows, self.cols, w)
+        return _pair_scatter(self.X, self.W, self.rows, self.cols, w)
 
     def moments(self, z: np.ndarray) -> tuple[float, float, float, float]:
         p = self._pair_values(z)
@@ -532,8 +536,7 @@ class _LabelWeights:
         other = n * ~self.same
         self.sum_keys = (r + other, c + other)  # endpoint, shifted by n in S₂
         self.partner_keys = (r + n - other, c + n - other)  # S₁ reads w, S₂ reads s
-        indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=n))])
-        self.W = sp.csr_matrix((np.zeros(len(r)), c, indptr), shape=(n, n))  # rows sorted
+        self.W = _csr_pattern(r, c, n)  # triu_indices are sorted by (row, col)
         counts = np.bincount(codes)[codes]
         self.n_triplets = int(np.sum((counts - 1) * (n - counts)))
         self.mu = np.full(len(r), 1.0 / np.sqrt(self.n_triplets))  # μ_1 = 1/√m: D_1 = 1/m
@@ -560,12 +563,7 @@ class _LabelWeights:
 
     def matrix8(self) -> np.ndarray:
         # §4: the four components of matrix (8), folded into one pair scatter
-        signed = -self.sign * self._marginals()
-        n = self.X.shape[0]
-        deg = np.bincount(self.r, signed, n) + np.bincount(self.c, signed, n)
-        self.W.data = signed
-        G = self.X.T @ (self.W @ self.X)
-        return (self.X.T * deg) @ self.X - G - G.T
+        return _pair_scatter(self.X, self.W, self.r, self.c, -self.sign * self._marginals())
 
     def moments(self, z: np.ndarray) -> tuple[float, float, float, float]:
         p, marginals = self._values(z), self._marginals()
@@ -593,11 +591,22 @@ class _LabelWeights:
 
 
 # ------------------------------------------------------------------ numerics
-def _pair_scatter(X: np.ndarray, rows: np.ndarray, cols: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Σ_e w_e (x_r − x_c)(x_r − x_c)ᵀ over pairs e = (r, c), in O(n_pairs·d + n·d²)."""
+def _csr_pattern(rows: np.ndarray, cols: np.ndarray, n: int) -> sp.csr_matrix:
+    """An (n, n) CSR matrix with one stored entry per pair, pairs sorted by (row, col)."""
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))])
+    return sp.csr_matrix((np.zeros(len(rows)), cols, indptr), shape=(n, n))
+
+
+def _pair_scatter(
+    X: np.ndarray, W: sp.csr_matrix, rows: np.ndarray, cols: np.ndarray, w: np.ndarray
+) -> np.ndarray:
+    """Σ_e w_e (x_r − x_c)(x_r − x_c)ᵀ over pairs e = (r, c), in O(n_pairs·d + n·d²).
+
+    ``W`` is the pairs' CSR pattern (``_csr_pattern``); its data are overwritten by w.
+    """
     n = X.shape[0]
     deg = np.bincount(rows, w, n) + np.bincount(cols, w, n)
-    W = sp.csr_matrix((w, (rows, cols)), shape=(n, n))
+    W.data = w
     G = X.T @ (W @ X)
     return (X.T * deg) @ X - G - G.T
 
