@@ -107,8 +107,13 @@ class MetricBoost(BaseEstimator):
       ``predict_knn`` and ``predict_triplets`` break its ties by the unthresholded
       G(x, y) = Σ α_t p_t(x, y) / β_t, then by the lower index; ``score`` does not
       break ties (it is the paper's measure). The normalized H ties by index only.
-    - Features are used as given. The paper does not say how it scaled them; raw
-      features reproduce its Euclidean column (see ``bench/metricboost.py``).
+    - Features are used as given, and MetricBoost is not scale-invariant: on raw
+      features the top eigenvector of matrix (8) follows the feature of largest
+      variance (Wine's proline) and 20 rounds learn little more than the Euclidean
+      metric. The paper does not say how it scaled features; ``bench/metricboost.py``
+      finds that raw features reproduce its Euclidean column and z-scored ones
+      (training-set mean and sd) its MetricBoost columns. Standardize first, e.g.
+      ``make_pipeline(StandardScaler(), MetricBoost()).fit(X, triplets)``.
     - Negative α_t (§3.2: λ < 0) are kept, as the paper does for comparing
       distances. M is then indefinite and H can be negative: ``pairwise_distances``
       still returns H, ``is_psd_`` is False and ``transform`` raises ``ValueError``.
