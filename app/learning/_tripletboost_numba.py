@@ -25,33 +25,40 @@ def index_dense(triplets, position, label, n_objects):  # pragma: no cover (comp
     """
     m = triplets.shape[0]
     n_keys = n_objects * n_objects
-    counts = np.zeros(n_keys + 1, dtype=np.int64)
-    for t in range(m):
-        a, b, c = triplets[t, 0], triplets[t, 1], triplets[t, 2]
-        if position[a] < 0 or label[b] < 0 or label[c] < 0 or label[b] == label[c]:
-            continue
-        counts[min(b, c) * n_objects + max(b, c) + 1] += 1
-    offsets = np.cumsum(counts)
-    fill = offsets[:-1].copy()
-    used = offsets[-1]
-    anchor = np.empty(used, dtype=np.int64)
-    vote = np.empty(used, dtype=np.int64)
+    counts = np.zeros(n_keys, dtype=np.int32)  # small: stays in cache longer
+    keys = np.empty(m, dtype=np.int64)  # pass 1 compacts the usable triplets
+    anchor_in = np.empty(m, dtype=np.int32)
+    vote_in = np.empty(m, dtype=np.int8)
+    used = 0
     for t in range(m):
         a, b, c = triplets[t, 0], triplets[t, 1], triplets[t, 2]
         if position[a] < 0 or label[b] < 0 or label[c] < 0 or label[b] == label[c]:
             continue
         key = min(b, c) * n_objects + max(b, c)
-        at = fill[key]
-        fill[key] += 1
-        anchor[at] = position[a]
-        vote[at] = 1 if b < c else -1  # +1: anchor in the lower reference's half
+        counts[key] += 1
+        keys[used] = key
+        anchor_in[used] = position[a]
+        vote_in[used] = 1 if b < c else -1  # +1: anchor in the lower reference's half
+        used += 1
+    offsets = np.empty(n_keys + 1, dtype=np.int64)
+    offsets[0] = 0
+    for key in range(n_keys):
+        offsets[key + 1] = offsets[key] + counts[key]
+    fill = offsets[:-1].copy()
+    anchor = np.empty(used, dtype=np.int32)
+    vote = np.empty(used, dtype=np.int32)
+    for t in range(used):
+        at = fill[keys[t]]
+        fill[keys[t]] += 1
+        anchor[at] = anchor_in[t]
+        vote[at] = vote_in[t]
     # Merge repeated anchors within each pair, compacting in place.
     n_train = position.max() + 1
     stamp = np.full(max(n_train, 1), -1, dtype=np.int64)
     slot = np.zeros(max(n_train, 1), dtype=np.int64)
     n_pairs = 0
     for key in range(n_keys):
-        if counts[key + 1] > 0:
+        if counts[key] > 0:
             n_pairs += 1
     pair_keys = np.empty(n_pairs, dtype=np.int64)
     indptr = np.zeros(n_pairs + 1, dtype=np.int64)
@@ -82,7 +89,7 @@ def index_dense(triplets, position, label, n_objects):  # pragma: no cover (comp
             pair_keys[p] = key
             indptr[p + 1] = kept
             p += 1
-    return anchor[:write], vote[:write] > 0, indptr[: p + 1], pair_keys[:p]
+    return anchor[:write].astype(np.int64), vote[:write] > 0, indptr[: p + 1], pair_keys[:p]
 
 
 @njit(cache=True)
