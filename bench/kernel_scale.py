@@ -28,7 +28,7 @@ resident memory (``resource.getrusage(RUSAGE_SELF).ru_maxrss``, including the
 data) is its own; "traced MB" is tracemalloc's peak during the stage (numpy
 and scipy buffers; not BLAS workspaces).
 
-Usage: nice -n 10 .venv/bin/python bench/kernel_scale.py [--quick] [--reps R]
+Usage: nice -n 10 .venv/bin/python bench/kernel_scale.py [--quick] [--reps R] [--part A|B|all]
 """
 
 from __future__ import annotations
@@ -163,6 +163,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="n up to 10^4, 1 repetition")
     parser.add_argument("--reps", type=int, default=None, help="repetitions (default 3)")
+    parser.add_argument("--part", choices=["A", "B", "all"], default="all", help="which part")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
@@ -175,7 +176,14 @@ def main() -> None:
         return
 
     reps = args.reps or (1 if args.quick else 3)
-    sizes = [1_000, 10_000] if args.quick else [1_000, 10_000, 100_000]
+    if args.part in ("A", "all"):
+        part_a(args.quick, reps)
+    if args.part in ("B", "all"):
+        part_b(args.quick, reps)
+
+
+def part_a(quick: bool, reps: int) -> None:
+    sizes = [1_000, 10_000] if quick else [1_000, 10_000, 100_000]
     print(
         f"Part A: k1 landmark design, 10-D blobs, {N_LANDMARKS} landmarks, 150·n triplets, "
         f"{reps} repetition(s), mean ± sd"
@@ -201,6 +209,8 @@ def main() -> None:
     print("total CPU s = process CPU time of those stages (all threads; robust to contention).")
     print("kmeans: 10 clusters, 5 inits, 100 iterations. max RSS includes data and generation.")
 
+
+def part_b(quick: bool, reps: int) -> None:
     print()
     print(f"Part B: general random triplets, kernel matrix K (fit + Φ Φᵀ + λ_min), {reps} rep(s)")
     header = (
@@ -210,7 +220,7 @@ def main() -> None:
     )
     print(header)
     print("-" * len(header))
-    general = [200, 400, 5_000] if not args.quick else [200, 1_000]
+    general = [200, 400, 5_000] if not quick else [200, 1_000]
     for n in general:
         k1 = [run_child("general", n, "k1", seed) for seed in range(reps)]
         k2 = [run_child("general", n, "k2", seed) for seed in range(reps)]
