@@ -122,18 +122,26 @@ class TripletBoost(ClassifierMixin, BaseEstimator):
 
     Notes
     -----
-    ======================  ============================================
+    The rounds run in ``_tripletboost_numba.boost_rounds`` (compiled: a round
+    touches only the few anchors of one reference pair, so numpy's per-call
+    overhead dominated by far; see bench/tripletboost_speed.py).
+
+    ======================  ==================================================
     paper (§2)              code
-    ======================  ============================================
+    ======================  ==================================================
     S, n                    objects with a label in ``y``; ``n_train``
     T                       ``triplets`` rows (anchor, near, far)
-    w_{c,x_i,y}             ``weight[i, y] / total``
-    W_{c,X}                 ``weight.sum(axis=1) / total``
+    w_{c,x_i,y}             ``weight[i, y] / total`` (unnormalised; Z_c common)
+    W_{c,X}                 ``marginal / total`` (also in a Fenwick ``tree``)
     𝕀_{y=y_i} − 𝕀_{y≠y_i}   ``sign[i, y]``
-    o_j, o_k                ``o_lo``, ``o_hi``
+    o_j, o_k                ``outputs_[c, 0]``, ``outputs_[c, 1]`` (j < k)
     W_{c,+}, W_{c,−}        ``w_plus``, ``w_minus``
+    α_c                     ``alphas_[c]``
     ϑ (abstention)          no vote: zero row of ``decision_function``
-    ======================  ============================================
+    ======================  ==================================================
+
+    Training triplets are indexed by reference pair, CSR-style: the entries
+    (anchor, half) of pair {j, k} are contiguous, so a round reads only them.
 
     Choices where the paper is silent, made as its authors would:
 
@@ -152,8 +160,10 @@ class TripletBoost(ClassifierMixin, BaseEstimator):
       ``y`` (``-1`` for numeric labels, ``None`` for others) — never a label.
       Ties between labels with positive votes go to the first of ``classes_``.
 
-    Prediction is one sorted lookup per triplet (``np.searchsorted`` of the
-    triplet's reference pair in ``pairs_``), as in the last paragraph of §2.2.
+    Prediction is one lookup per triplet of its reference pair among the
+    model's pairs (last paragraph of §2.2): a dense table (a perfect hash) up
+    to about 4,000 objects, binary search in the sorted ``pairs_`` beyond. It
+    is O(|T_x|), never a scan of the C classifiers.
 
     References
     ----------
@@ -164,12 +174,14 @@ class TripletBoost(ClassifierMixin, BaseEstimator):
     --------
     >>> import numpy as np
     >>> from app.learning.triplets import make_random_triplets
-    >>> X = np.r_[np.zeros((10, 1)), np.ones((10, 1))] + np.arange(20)[:, None] * 0.01
-    >>> y = np.r_[np.zeros(10, int), np.ones(10, int)]
-    >>> T = make_random_triplets(X, fraction=0.5, random_state=0)
-    >>> model = TripletBoost(n_estimators=500, random_state=0).fit(T, y)
-    >>> bool((model.predict(T, np.arange(20)) == y).all())
-    True
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.r_[rng.normal(0, 0.3, (15, 2)), rng.normal(3, 0.3, (15, 2))]
+    >>> y = np.repeat([0, 1], 15)
+    >>> y_fit = np.where(np.arange(30) % 5 == 0, -1, y)  # 6 unlabeled objects
+    >>> T = make_random_triplets(X, fraction=0.2, random_state=0)
+    >>> model = TripletBoost(n_estimators=2000, random_state=0).fit(T, y_fit)
+    >>> model.score(T, np.flatnonzero(y_fit == -1), y[y_fit == -1])
+    1.0
     """
 
     _parameter_constraints: dict = {

@@ -1,0 +1,155 @@
+"""A vectorised triplet oracle on data, with fresh or persistent answer noise.
+
+Public through :mod:`app.learning.triplets`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike
+from sklearn.metrics.pairwise import pairwise_distances
+
+from app.learning._triplet_data import (
+    _CHUNK_DISTANCES,
+    _PAIRED,
+    RandomState,
+    _check_data,
+    _check_noise,
+    _generator,
+    _paired_distances,
+)
+
+# ---------------------------------------------------------------------------
+# Oracle answering arbitrary questions
+# ---------------------------------------------------------------------------
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64 finaliser on uint64 arrays (wrapping arithmetic)."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+class TripletOracle:
+    """Answers "is d(a, b) < d(a, c)?" from data, with optional answer noise.
+
+    Built by :func:`make_oracle`; call it as ``oracle(anchors, b, c)`` with
+    equal-length integer arrays (or scalars). Returns a boolean array, True
+    where d(a, b) < d(a, c), each answer flipped with probability ``noise``.
+    Exact ties are answered by a fair coin. With ``persistent=True`` both the
+    flip and the tie coin are a hash of (seed, a, min(b, c), max(b, c)), so a
+    question gets the same answer at every ask and in either orientation
+    (``oracle(a, b, c) == ~oracle(a, c, b)``); otherwise they are drawn afresh
+    at every ask.
+
+    Attributes
+    ----------
+    n_objects : int
+    n_asks : int
+        Questions answered so far (counting repeats).
+    """
+
+    def __init__(
+        self, X: np.ndarray, metric: str, noise: float, persistent: bool, seed: int
+    ) -> None:
+        self.X = X
+        self.metric = metric
+        self.noise = noise
+        self.persistent = persistent
+        self.n_objects = X.shape[0]
+        self.n_asks = 0
+        self._seed = np.uint64(seed)
+        self._rng = np.random.default_rng(seed)
+
+    def _paired(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        X, metric = self.X, self.metric
+        if metric == "precomputed" or metric in _PAIRED:
+            return _paired_distances(X, metric, a, b)
+        out = np.empty(a.size)  # any other metric: one row block per distinct anchor
+        order = np.argsort(a, kind="stable")
+        uniq, first = np.unique(a[order], return_index=True)
+        for s in range(0, uniq.size, max(1, _CHUNK_DISTANCES // self.n_objects)):
+            block = uniq[s : s + max(1, _CHUNK_DISTANCES // self.n_objects)]
+            rows = pairwise_distances(X[block], X, metric=metric)
+            lo = first[s]
+            hi = first[s + block.size] if s + block.size < uniq.size else a.size
+            idx = order[lo:hi]
+            out[idx] = rows[np.searchsorted(block, a[idx]), b[idx]]
+        return out
+
+    def _coins(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, salt: int) -> np.ndarray:
+        """Uniform [0, 1) numbers, one per unordered question, fixed by the seed."""
+        lo = np.minimum(b, c).astype(np.uint64)
+        hi = np.maximum(b, c).astype(np.uint64)
+        h = _splitmix64(self._seed ^ np.uint64(salt))
+        h = _splitmix64(h ^ a.astype(np.uint64))
+        h = _splitmix64(h ^ lo)
+        h = _splitmix64(h ^ hi)
+        return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+    def __call__(self, anchors: ArrayLike, b: ArrayLike, c: ArrayLike) -> np.ndarray:
+        a_, b_, c_ = (np.asarray(v) for v in (anchors, b, c))
+        shape = np.broadcast_shapes(a_.shape, b_.shape, c_.shape)
+        for name, value in (("anchors", a_), ("b", b_), ("c", c_)):
+            if value.dtype.kind not in "iu":
+                raise ValueError(f"{name} must hold integer object indices, got {value.dtype}")
+            if value.size and (value.min() < 0 or value.max() >= self.n_objects):
+                raise ValueError(f"{name} holds an index out of range for {self.n_objects} objects")
+        a_, b_, c_ = (np.broadcast_to(v, shape).ravel().astype(np.intp) for v in (a_, b_, c_))
+        with np.errstate(over="ignore"):
+            d_b, d_c = self._paired(a_, b_), self._paired(a_, c_)
+            ties = d_b == d_c
+            closer = d_b < d_c
+            swapped = b_ > c_  # the hash is of the unordered pair: answer for (a, lo, hi)
+            if self.persistent:
+                if ties.any():
+                    closer[ties] = (self._coins(a_, b_, c_, 1)[ties] < 0.5) ^ swapped[ties]
+                if self.noise > 0.0:
+                    closer ^= self._coins(a_, b_, c_, 2) < self.noise
+            else:
+                if ties.any():
+                    closer[ties] = self._rng.random(int(ties.sum())) < 0.5
+                if self.noise > 0.0:
+                    closer ^= self._rng.random(closer.size) < self.noise
+        self.n_asks += closer.size
+        return closer.reshape(shape)
+
+
+def make_oracle(
+    X: ArrayLike,
+    metric: str = "euclidean",
+    noise: float = 0.0,
+    persistent: bool = False,
+    random_state: RandomState = None,
+) -> TripletOracle:
+    """A vectorised triplet oracle on data: ``oracle(anchors, b, c) -> bool array``.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_objects, n_features) or (n_objects, n_objects)
+        Features, or a distance matrix when ``metric="precomputed"``. No n×n
+        matrix is built from features: distances are computed per question.
+    metric : str, default="euclidean"
+        Any scikit-learn metric name, or ``"precomputed"``. Euclidean,
+        squared Euclidean, city-block, Chebyshev and cosine are computed
+        pairwise directly; other names by blocks of distance rows.
+    noise : float in [0, 1], default=0.0
+        Probability that an answer is flipped.
+    persistent : bool, default=False
+        False: flips drawn afresh at every ask (a crowd of independent workers).
+        True: each unordered question (a, {b, c}) has one fixed answer, the
+        same whichever way round it is asked (a single stubborn worker).
+    random_state : int, Generator, RandomState or None, default=None
+        Seeds the flips (and the hash when ``persistent``).
+
+    Returns
+    -------
+    oracle : TripletOracle
+        Callable ``oracle(anchors, b, c)`` returning True where d(a, b) < d(a, c).
+    """
+    noise = _check_noise(noise)
+    X = _check_data(X, metric)
+    seed = int(_generator(random_state).integers(0, 2**63 - 1))
+    return TripletOracle(X, metric, noise, bool(persistent), seed)
