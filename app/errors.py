@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 
@@ -67,6 +68,16 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(
             {"detail": f"invalid request: {shown}", "errors": _jsonable(errors[:20])},
             status_code=422,
+        )
+
+    @app.exception_handler(OperationalError)
+    async def handle_database_unavailable(request: Request, exc: OperationalError) -> JSONResponse:
+        # The database is down or (SQLite) busy past its timeout: nothing was written,
+        # and the same request may succeed in a moment.
+        return JSONResponse(
+            {"detail": "the database is busy or unavailable; nothing was changed, retry shortly"},
+            status_code=503,
+            headers={"Retry-After": "1"},
         )
 
     @app.exception_handler(StarletteHTTPException)

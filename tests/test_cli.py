@@ -67,18 +67,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_serve_migrates_prints_the_admin_key_once_and_serves_the_demo(env, tmp_path):
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """`tripletlab serve` on a fresh database: its env, base URL and printed admin key."""
+    tmp = tmp_path_factory.mktemp("serve")
+    env = {
+        **os.environ,
+        "TRIPLETLAB_DATABASE_URL": f"sqlite:///{tmp / 'serve.db'}",
+        "TRIPLETLAB_DATA_DIR": str(tmp / "data"),
+        "TRIPLETLAB_DEMO": "true",
+        "TRIPLETLAB_RUN_JOBS": "true",
+    }
     port = free_port()
-    log = tmp_path / "serve.log"
+    log = tmp / "serve.log"
     with log.open("w") as out:
-        server = subprocess.Popen(
+        process = subprocess.Popen(
             [TRIPLETLAB, "serve", "--port", str(port)],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/docs", timeout=1).status_code == 200:
@@ -87,16 +97,46 @@ def test_serve_migrates_prints_the_admin_key_once_and_serves_the_demo(env, tmp_p
                 time.sleep(0.3)
         else:
             pytest.fail(f"server did not start: {log.read_text()}")
-        output = log.read_text()
-        key = next(line.strip() for line in output.splitlines() if line.strip().startswith("tl_"))
-        projects = httpx.get(
-            f"http://127.0.0.1:{port}/api/projects", headers={"Authorization": f"Bearer {key}"}
-        ).json()
-        assert [p["slug"] for p in projects["data"]] == ["digits-demo"]
-        assert projects["data"][0]["n_objects"] > 0
+        yield env, f"http://127.0.0.1:{port}", log.read_text()
     finally:
-        server.terminate()
-        server.wait(timeout=20)
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def test_serve_migrates_prints_the_admin_key_once_and_serves_the_demo(server):
+    env, base, output = server
+    keys = [line.strip() for line in output.splitlines() if line.strip().startswith("tl_")]
+    assert len(keys) == 1
+    projects = httpx.get(
+        f"{base}/api/projects", headers={"Authorization": f"Bearer {keys[0]}"}
+    ).json()
+    assert [p["slug"] for p in projects["data"]] == ["digits-demo"]
+    assert projects["data"][0]["n_objects"] > 0
+    page = httpx.get(f"{base}/w/digits-demo")
+    assert page.status_code == 200
+
+
+def test_simulate_then_train_from_the_command_line(server):
+    env, base, output = server
+    key = next(line.strip() for line in output.splitlines() if line.strip().startswith("tl_"))
+    simulated = run(
+        {**env, "TRIPLETLAB_API_KEY": key},
+        "simulate", "digits-demo", "--workers", "4", "--answers", "120", "--noise", "0.1",
+        "--url", base,
+    )  # fmt: skip
+    assert simulated.returncode == 0, simulated.stderr + simulated.stdout
+    assert "120 answers" in simulated.stdout
+    exported = httpx.get(
+        f"{base}/api/projects/digits-demo/answers", headers={"Authorization": f"Bearer {key}"}
+    ).json()
+    assert len(exported) == 120
+    assert {row["source"] for row in exported} == {"simulated"}
+    trained = run(env, "train", "digits-demo", "kernel")
+    assert trained.returncode == 0, trained.stderr + trained.stdout
+    assert "heldout_triplet_accuracy" in trained.stdout
+    refused = run(env, "train", "digits-demo", "svmcompare")
+    assert refused.returncode == 2
+    assert "pair answers" in refused.stderr
 
 
 def test_demo_plan_is_runnable(env):

@@ -60,9 +60,10 @@ def read_public_project(project: ProjectDep) -> PublicProject:
 @router.post("/{slug}/sessions", status_code=status.HTTP_201_CREATED, response_model=SessionOpened)
 def create_session(project: ProjectDep, data: SessionCreate, db: SessionDep) -> SessionOpened:
     """Open (or resume) the session of the participant named by the platform parameters."""
-    identity = sessions.identify(data.model_dump(exclude_none=True))
+    identity = sessions.identify(data.model_dump(exclude_none=True, exclude={"simulated"}))
     total = Plan.model_validate(project.plan).queries_per_session if project.plan else 0
-    work, token = sessions.open_session(db, project, identity, total)
+    source = "simulated" if data.simulated else "crowd"
+    work, token = sessions.open_session(db, project, identity, total, source)
     return SessionOpened(
         session_id=work.id, session_token=token, total=work.total, answered=work.answered
     )

@@ -149,6 +149,7 @@ class WorkSession(Base):
         ForeignKey("participants.id", ondelete="CASCADE"), index=True
     )
     token_hash: Mapped[str] = mapped_column(String(64))
+    source: Mapped[str] = mapped_column(String(10), default="crowd")  # crowd | simulated
     total: Mapped[int] = mapped_column(Integer)
     answered: Mapped[int] = mapped_column(Integer, default=0)
     completion_code_hash: Mapped[str | None] = mapped_column(String(64))

@@ -29,6 +29,9 @@ class SessionCreate(BaseModel):
     turkSubmitTo: str | None = None  # noqa: N815
     participant: str | None = None
     anonymous_id: str | None = None
+    simulated: bool = Field(
+        default=False, description="Answers come from a simulated worker (tripletlab simulate)."
+    )
 
 
 class SessionOpened(BaseModel):

@@ -9,6 +9,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.db.models import ApiKey
+from app.db.session import begin_write
 from app.errors import InvalidInput, Unauthorized
 
 ROLES = ("admin", "researcher")
@@ -25,6 +26,7 @@ def create_key(db: Session, role: str, name: str = "") -> tuple[ApiKey, str]:
     if role not in ROLES:
         raise InvalidInput(f"role must be one of {', '.join(ROLES)}, got {role!r}")
     secret = KEY_PREFIX + secrets.token_urlsafe(32)
+    begin_write(db)
     key = ApiKey(name=name, role=role, key_hash=hash_key(secret), prefix=secret[:10])
     db.add(key)
     db.commit()

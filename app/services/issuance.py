@@ -63,13 +63,13 @@ def next_query(db: Session, project: Project, work: WorkSession) -> Issued:
         return Issued(current)
     if not project.plan or work.total == 0:
         return Issued(None, done=True, message="This study is not collecting answers right now.")
+
+    lock_project(db, project)
+    db.refresh(work)
     if work.answered >= work.total:
         finish_session(db, work)
         db.commit()
         return Issued(None, done=True)
-
-    lock_project(db, project)
-    db.refresh(work)
     now = utcnow()
     expire_leases(db, project, now)
     plan = Plan.model_validate(project.plan)

@@ -9,6 +9,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.db.models import Job, Project, utcnow
+from app.db.session import begin_write
 from app.errors import InvalidInput, NotFound
 from app.schemas.models import PARAMS
 from app.services.trainers import requirements
@@ -40,6 +41,7 @@ def create_job(
     db: Session, project: Project, kind: str, params: dict, trigger: str = "request"
 ) -> Job:
     check_trainable(db, project, kind, params)
+    begin_write(db)
     job = Job(project_id=project.id, kind=kind, params=params, status="queued", trigger=trigger)
     db.add(job)
     db.commit()
@@ -55,6 +57,8 @@ def get_job(db: Session, job_id: int, project_ids: set[int] | None = None) -> Jo
 
 def cancel_job(db: Session, job: Job) -> Job:
     """Cancel a queued or running job; a running one stops at its next progress report."""
+    begin_write(db)
+    db.refresh(job)
     if job.status in ACTIVE:
         job.status = "cancelled"
         job.finished_at = utcnow()
@@ -65,6 +69,7 @@ def cancel_job(db: Session, job: Job) -> Job:
 def requeue_stale(db: Session) -> int:
     """Put back in the queue the running jobs whose process stopped beating (a restart)."""
     cutoff = utcnow() - STALE_AFTER
+    begin_write(db)
     result = db.execute(
         update(Job)
         .where(Job.status == "running")
@@ -80,6 +85,12 @@ def claim_next(db: Session) -> Job | None:
     candidate = db.scalar(select(Job.id).where(Job.status == "queued").order_by(Job.id).limit(1))
     if candidate is None:
         return None
+    return claim_job(db, candidate)
+
+
+def claim_job(db: Session, candidate: int) -> Job | None:
+    """Mark job ``candidate`` running for this process, unless another process took it."""
+    begin_write(db)
     claimed = db.execute(
         update(Job)
         .where(Job.id == candidate, Job.status == "queued")
@@ -96,6 +107,7 @@ def claim_next(db: Session) -> Job | None:
 
 
 def mark_failed(db: Session, job_id: int, error: str) -> None:
+    begin_write(db)
     db.execute(
         update(Job)
         .where(Job.id == job_id, Job.status.in_(ACTIVE))

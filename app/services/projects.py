@@ -42,6 +42,7 @@ def list_projects(db: Session, key: ApiKey) -> list[Project]:
 
 
 def create_project(db: Session, data: ProjectCreate, owner: ApiKey | None) -> Project:
+    begin_write(db)
     if db.scalar(select(Project.id).where(Project.slug == data.slug)) is not None:
         raise Conflict(f"the slug {data.slug!r} is taken")
     values = data.model_dump(exclude_none=True)
@@ -52,6 +53,7 @@ def create_project(db: Session, data: ProjectCreate, owner: ApiKey | None) -> Pr
 
 
 def update_project(db: Session, project: Project, data: ProjectUpdate) -> Project:
+    lock_project(db, project)
     for field, value in data.model_dump(exclude_unset=True).items():
         if value is not None:
             setattr(project, field, value)
@@ -87,6 +89,7 @@ def project_stats(db: Session, project: Project) -> ProjectStats:
 
 def delete_project(db: Session, project: Project, *, force: bool) -> None:
     """Delete a project and everything in it; refuse while it holds answers unless forced."""
+    lock_project(db, project)
     counts = count_answers(db, project)
     n_answers = counts["triplet"] + counts["pair"]
     if n_answers and not force:

@@ -8,6 +8,7 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from app.db.models import Answer, Participant, Project
+from app.db.session import begin_write
 from app.errors import NotFound
 from app.schemas.plans import Plan, QualityThresholds
 
@@ -132,6 +133,7 @@ def review_participant(db: Session, project: Project, participant_id: int, plan:
 def set_flag(
     db: Session, project: Project, participant_id: int, flagged: bool, reason: str
 ) -> ParticipantQuality:
+    begin_write(db)
     participant = db.get(Participant, participant_id)
     if participant is None or participant.project_id != project.id:
         raise NotFound(f"project {project.slug!r} has no participant {participant_id}")

@@ -138,7 +138,7 @@ def _answer_row(
         outcome=outcome,
         position=position,
         choice=choice,
-        source="crowd",
+        source=work.source,
         strategy=question.strategy,
         gold_correct=None if question.gold_choice is None else choice == question.gold_choice,
         session_id=work.id,

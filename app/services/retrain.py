@@ -87,7 +87,7 @@ def _maybe_schedule(
     except AppError as error:
         db.rollback()
         reason = error.detail
-        lock_project(db, project)
+    lock_project(db, project)
     policies = dict(project.retrain or {})
     policies[kind] = {
         **policies[kind],

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.config import get_settings
 from app.db.models import Participant, Project, WorkSession
+from app.db.session import begin_write
 from app.errors import InvalidInput, NotFound, Unauthorized
 
 MTURK_PREVIEW = "ASSIGNMENT_ID_NOT_AVAILABLE"
@@ -66,9 +67,10 @@ def _hash(secret: str) -> str:
 
 
 def open_session(
-    db: Session, project: Project, identity: Identity, total: int
+    db: Session, project: Project, identity: Identity, total: int, source: str = "crowd"
 ) -> tuple[WorkSession, str]:
     """The participant's session (resumed if they have one) and a fresh token for it."""
+    begin_write(db)
     participant = db.scalar(
         select(Participant).where(
             Participant.project_id == project.id,
@@ -98,6 +100,7 @@ def open_session(
             project_id=project.id,
             participant_id=participant.id,
             token_hash=_hash(token),
+            source=source,
             total=total,
             answered=0,
         )

@@ -12,6 +12,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from app.db.models import Job, Model, Project, utcnow
+from app.db.session import begin_write
 from app.services.jobs import parse_params
 from app.services.trainers import TRAINERS, requirements
 from app.services.training_data import load_training_data
@@ -81,8 +82,10 @@ def run_training(
         missing = requirements(job.kind, data, params)
         if missing:
             raise ValueError("; ".join(missing))
+        db.commit()  # hold no transaction (on SQLite: no lock) while fitting
         trained = TRAINERS[job.kind](data, params, progress)
         seconds = time.perf_counter() - started
+        begin_write(db)
         version = (
             db.scalar(
                 select(func.max(Model.version)).where(
@@ -129,6 +132,7 @@ def run_training(
         return "cancelled"
     except Exception as error:  # a job's failure is recorded, never raised into serving
         db.rollback()
+        begin_write(db)
         detail = f"{type(error).__name__}: {error}"
         db.execute(
             update(Job)

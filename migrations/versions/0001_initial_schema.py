@@ -204,6 +204,7 @@ def upgrade() -> None:
         sa.Column("project_id", sa.Integer(), nullable=False),
         sa.Column("participant_id", sa.Integer(), nullable=False),
         sa.Column("token_hash", sa.String(length=64), nullable=False),
+        sa.Column("source", sa.String(length=10), nullable=False),
         sa.Column("total", sa.Integer(), nullable=False),
         sa.Column("answered", sa.Integer(), nullable=False),
         sa.Column("completion_code_hash", sa.String(length=64), nullable=True),

@@ -1,0 +1,160 @@
+"""Simulated crowd workers: play a study against a running server through the worker API.
+
+Each simulated worker answers from the objects' feature vectors with the oracle of
+:mod:`app.learning.triplets` (Euclidean distance, each answer flipped with probability
+``noise``); a pair is judged by the objects' ``target`` when they have one, else by the
+sum of their features, "about the same" within ``tie_margin`` standard deviations.
+Simulated workers report human-like response times (log-normal, median 1.5 s) as their
+``client_ms`` without waiting them, so the project's quality checks judge them as they
+would a careful person; their answers are recorded with source ``simulated``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+import numpy as np
+
+from app.learning.triplets import make_oracle
+
+
+@dataclass
+class SimulationResult:
+    answers: int = 0
+    sessions: int = 0
+    errors: list[str] = field(default_factory=list)
+    latencies_ms: list[float] = field(default_factory=list)
+
+
+def fetch_objects(client: httpx.Client, slug: str, api_key: str) -> tuple[np.ndarray, np.ndarray]:
+    headers = {"Authorization": f"Bearer {api_key}"}
+    rows: list[dict] = []
+    while True:
+        response = client.get(
+            f"/api/projects/{slug}/objects",
+            params={"offset": len(rows), "limit": 10_000},
+            headers=headers,
+        )
+        response.raise_for_status()
+        page = response.json()
+        rows += page["data"]
+        if len(rows) >= page["count"] or not page["data"]:
+            break
+    if any(r["features"] is None for r in rows):
+        raise ValueError("simulation needs a feature vector on every object")
+    X = np.array([r["features"] for r in rows], dtype=float)
+    targets = np.array([np.nan if r["target"] is None else r["target"] for r in rows])
+    return X, targets
+
+
+def simulate(
+    base_url: str,
+    slug: str,
+    api_key: str,
+    *,
+    workers: int = 20,
+    answers: int = 2000,
+    noise: float = 0.1,
+    tie_margin: float = 0.1,
+    seed: int = 0,
+    think_ms: float = 0.0,
+    on_answer: Callable[[int], None] | None = None,
+) -> SimulationResult:
+    """Answer ``answers`` questions with ``workers`` concurrent simulated workers."""
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        X, targets = fetch_objects(client, slug, api_key)
+    oracle = make_oracle(X, noise=noise, random_state=seed)
+    quality = targets if not np.isnan(targets).any() else X.sum(axis=1)
+    margin = tie_margin * float(np.std(quality) or 1.0)
+    result = SimulationResult()
+    lock = threading.Lock()
+    rng = np.random.default_rng(seed)
+    pair_noise = rng.random  # shared generator guarded by the lock
+
+    def take_one() -> bool:
+        with lock:
+            if result.answers >= answers:
+                return False
+            result.answers += 1
+            return True
+
+    def give_back() -> None:
+        with lock:
+            result.answers -= 1
+
+    def work(number: int) -> None:
+        with httpx.Client(base_url=base_url, timeout=30) as client:
+            generation = 0
+            while True:
+                participant = f"sim-{seed}-{number}-{generation}"
+                opened = client.post(
+                    f"/api/w/{slug}/sessions", json={"participant": participant, "simulated": True}
+                )
+                if opened.status_code != 201:
+                    result.errors.append(opened.text)
+                    return
+                body = opened.json()
+                session, headers = (
+                    body["session_id"],
+                    {"Authorization": f"Bearer {body['session_token']}"},
+                )
+                with lock:
+                    result.sessions += 1
+                while True:
+                    if not take_one():
+                        return
+                    started = time.perf_counter()
+                    nxt = client.get(f"/api/w/sessions/{session}/next", headers=headers).json()
+                    if nxt.get("done"):
+                        give_back()
+                        if nxt.get("completion_code") is None:
+                            return  # the study has nothing more to ask
+                        break
+                    query = nxt["query"]
+                    choice = answer_for(query)
+                    if think_ms:
+                        time.sleep(think_ms / 1000)
+                    with lock:
+                        reported_ms = think_ms + float(rng.lognormal(np.log(1500.0), 0.4))
+                    posted = client.post(
+                        f"/api/w/sessions/{session}/answers",
+                        json={"token": query["token"], "choice": choice, "client_ms": reported_ms},
+                        headers=headers,
+                    )
+                    elapsed = (time.perf_counter() - started) * 1000
+                    if posted.status_code != 201:
+                        give_back()
+                        result.errors.append(posted.text)
+                        continue
+                    with lock:
+                        result.latencies_ms.append(elapsed)
+                        done = result.answers
+                    if on_answer is not None:
+                        on_answer(done)
+                generation += 1
+
+    def answer_for(query: dict) -> int:
+        indices = [o["index"] for o in query["objects"]]
+        if query["kind"] == "triplet":
+            anchor, left, right = indices
+            closer_left = bool(oracle(np.array([anchor]), np.array([left]), np.array([right]))[0])
+            return left if closer_left else right
+        left, right = indices
+        difference = quality[right] - quality[left]
+        with lock:
+            flip = pair_noise() < noise
+        verdict = 0 if abs(difference) < margin else int(np.sign(difference))
+        if flip:
+            verdict = int(rng.choice([v for v in (-1, 0, 1) if v != verdict]))
+        return verdict
+
+    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return result
