@@ -104,7 +104,7 @@ def server(tmp_path_factory):  # type: ignore[no-untyped-def]
 
 
 def test_serve_migrates_prints_the_admin_key_once_and_serves_the_demo(server):
-    env, base, output = server
+    _, base, output = server
     keys = [line.strip() for line in output.splitlines() if line.strip().startswith("tl_")]
     assert len(keys) == 1
     projects = httpx.get(
