@@ -45,7 +45,7 @@ def numpy_rounds(T: np.ndarray, y: np.ndarray, n_rounds: int, seed: int) -> np.n
     sign = np.where(codes[:, None] == np.arange(2), 1.0, -1.0)
     weight = np.ones((n_train, 2))
     marginal = weight.sum(1)
-    total, smooth = float(marginal.sum()), 1.0 / n_train
+    smooth = 1.0 / n_train
     u = np.random.default_rng(seed).random((n_rounds, 2))
     alphas = np.zeros(n_rounds)
     for c in range(n_rounds):
@@ -64,6 +64,7 @@ def numpy_rounds(T: np.ndarray, y: np.ndarray, n_rounds: int, seed: int) -> np.n
         signed = s * w
         sum_lo = signed[side].sum(0)
         sum_hi = signed.sum(0) - sum_lo
+        total = marginal.sum()  # exact each round: a running sum drifts as weights shrink
         spoken = marginal[who].sum()
         gap = np.abs(sum_lo).sum() + np.abs(sum_hi).sum()
         alpha = 0.5 * np.log(
@@ -74,7 +75,6 @@ def numpy_rounds(T: np.ndarray, y: np.ndarray, n_rounds: int, seed: int) -> np.n
         weight[who] = updated
         row = updated.sum(1)
         marginal[who] = row
-        total += row.sum() - spoken
         alphas[c] = alpha
     return alphas
 

@@ -119,6 +119,9 @@ class TripletBoost(ClassifierMixin, BaseEstimator):
     votes_ : ndarray of shape (n_pairs, 2, n_classes)
         Σ α_c o_j and Σ α_c o_k summed over the rounds that chose each pair:
         the whole model used by prediction.
+    unlabeled_marker_ : int or None
+        What ``predict`` returns for an abstention: ``-1`` for numeric labels,
+        ``None`` for string or object labels.
 
     Notes
     -----
@@ -295,7 +298,7 @@ class TripletBoost(ClassifierMixin, BaseEstimator):
         self.outputs_ = outputs
         self.alphas_ = alphas
         self.pairs_, self.votes_ = self._aggregate(references, outputs, alphas, n_objects)
-        self._unlabeled_marker = None if y.dtype == object or y.dtype.kind in "USb" else -1
+        self.unlabeled_marker_ = None if y.dtype == object or y.dtype.kind in "USb" else -1
         return self
 
     @staticmethod
@@ -372,9 +375,9 @@ class TripletBoost(ClassifierMixin, BaseEstimator):
         votes = self.decision_function(triplets, objects)
         abstain = votes.sum(axis=1) <= 0
         labels = self.classes_[np.argmax(votes, axis=1)]
-        if self._unlabeled_marker is None:
+        if self.unlabeled_marker_ is None:
             labels = labels.astype(object)
-        labels[abstain] = self._unlabeled_marker
+        labels[abstain] = self.unlabeled_marker_
         return labels
 
     def abstains(self, triplets: ArrayLike, objects: ArrayLike) -> np.ndarray:
