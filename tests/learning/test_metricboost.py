@@ -291,3 +291,20 @@ def test_normalized_ties_go_to_the_lower_index():
     np.testing.assert_array_equal(
         model.kneighbors(X[:1], X[1:], 2, return_distance=False), [[0, 1]]
     )
+
+
+def test_standardized_pipeline_with_triplets():
+    # the documented way to scale features first: triplets travel as the pipeline's y
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = signal_data()
+    X[:, 0] *= 1000.0  # a noise feature on a huge scale
+    triplets = label_triplets(y[::6])
+    rows = np.flatnonzero(np.arange(90) % 6 == 0)
+    triplets = rows[triplets]
+    pipe = make_pipeline(StandardScaler(), MetricBoost(weak_learner="normalized"))
+    pipe.fit(X, triplets)
+    assert pipe.score(X, triplets) > 0.9
+    raw = MetricBoost(weak_learner="normalized").fit(X, triplets)
+    assert raw.score(X, triplets) < pipe.score(X, triplets)
