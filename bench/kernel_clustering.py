@@ -30,6 +30,7 @@ exchanging triplets and embeddings through an .npz file; without the venv the
 t-STE columns print "n/a".
 
 Usage: nice -n 10 .venv/bin/python bench/kernel_clustering.py [--quick] [--seeds S]
+       [--tste-dims 2 10] [--no-tste]
 """
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small grid, 1 seed")
     parser.add_argument("--seeds", type=int, default=None, help="repetitions (default 5)")
     parser.add_argument("--tste-dims", type=int, nargs="+", default=[10], help="t-STE dims")
+    parser.add_argument("--no-tste", action="store_true", help="skip the t-STE columns")
     parser.add_argument("--tste-worker", metavar="NPZ", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.tste_worker:
@@ -166,7 +168,7 @@ def main() -> None:
                         jobs.append((triplets, seed))
                         job_keys.append((noise, m))
 
-    tste = run_tste(jobs, n, args.tste_dims)
+    tste = None if args.no_tste else run_tste(jobs, n, args.tste_dims)
     if tste is not None:
         labels, times = tste
         for job, key in enumerate(job_keys):
@@ -177,7 +179,8 @@ def main() -> None:
     print(f"load_digits 1/2/3: n = {n}, {N_LANDMARKS} landmarks, {n_seeds} seed(s), purity")
     print(f"k-means on pixels (no triplets): {fmt(pixels)}")
     if tste is None:
-        print("t-STE: n/a (bench/.venv-cblearn missing or failed; see module docstring)")
+        reason = "--no-tste" if args.no_tste else "bench/.venv-cblearn missing or failed"
+        print(f"t-STE: n/a ({reason}; see module docstring)")
     dims = args.tste_dims
     header = (
         f"{'ep':>4} {'triplets':>8} | {'k1 + KKM':>13} {'k2 + KKM':>13} "
