@@ -46,6 +46,18 @@ def read_latest_model(project: OwnedProject, db: SessionDep, kind: ModelKind) ->
     return model_service.latest_model(db, project, kind)
 
 
+@router.get("/api/projects/{slug}/jobs", response_model=list[JobPublic])
+def read_jobs(
+    project: OwnedProject,
+    db: SessionDep,
+    status: Annotated[
+        str | None, Query(pattern="^(queued|running|succeeded|failed|cancelled)$")
+    ] = None,
+) -> list[JobPublic]:
+    """The project's jobs, newest first (optionally of one status)."""
+    return job_service.list_jobs(db, project, status)
+
+
 def _owned_project_ids(db: SessionDep, key: CurrentKey) -> set[int] | None:
     if key.role == "admin":
         return None

@@ -55,6 +55,15 @@ def get_job(db: Session, job_id: int, project_ids: set[int] | None = None) -> Jo
     return job
 
 
+def list_jobs(
+    db: Session, project: Project, status: str | None = None, limit: int = 200
+) -> list[Job]:
+    statement = select(Job).where(Job.project_id == project.id)
+    if status:
+        statement = statement.where(Job.status == status)
+    return list(db.scalars(statement.order_by(Job.id.desc()).limit(limit)))
+
+
 def cancel_job(db: Session, job: Job) -> Job:
     """Cancel a queued or running job; a running one stops at its next progress report."""
     begin_write(db)
