@@ -39,6 +39,11 @@ class EmbeddingParams(_Params):
 class MetricBoostParams(_Params):
     n_estimators: int = Field(default=20, ge=1, le=1000)
     weak_learner: Literal["binary", "normalized"] = "normalized"
+    standardize: bool = Field(
+        default=True,
+        description="z-score the features first: MetricBoost is not scale-invariant, and "
+        "only standardised features reproduce the paper's results.",
+    )
 
 
 class SVMCompareParams(_Params):

@@ -172,10 +172,15 @@ def neighbors(db: Session, model: Model, index: int, k: int) -> list[dict]:
 
 
 def _features(db: Session, model: Model) -> np.ndarray:
+    """The objects' feature vectors as the model saw them (standardised for MetricBoost)."""
     rows = _objects(db, model)
     if any(o.features is None for o in rows):
         raise InvalidInput("objects lack feature vectors")
-    return np.array([o.features for o in rows], dtype=float)
+    X = np.array([o.features for o in rows], dtype=float)
+    artifact = loaded(model)
+    if "scale" in artifact:
+        X = (X - artifact["mean"]) / artifact["scale"]
+    return X
 
 
 def knn_labels(db: Session, model: Model, k: int = 1) -> list[dict]:

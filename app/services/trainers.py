@@ -183,9 +183,16 @@ def _knn_cv(points: np.ndarray, labels: np.ndarray, seed: int) -> dict[str, Any]
     return {"cv_label_accuracy_1nn": correct / len(labelled)}
 
 
+def standardizer(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and scale that z-score the columns of X (a constant column keeps scale 1)."""
+    scale = X.std(axis=0)
+    return X.mean(axis=0), np.where(scale > 0, scale, 1.0)
+
+
 def train_metricboost(data: TrainingData, params: Any, progress: Progress) -> Trained:
-    X = data.features
-    assert X is not None
+    assert data.features is not None
+    mean, scale = standardizer(data.features) if params.standardize else (0.0, 1.0)
+    X = (data.features - mean) / scale
 
     def fit(triplets: np.ndarray, start: float, span: float) -> MetricBoost:
         model = MetricBoost(
@@ -212,7 +219,7 @@ def train_metricboost(data: TrainingData, params: Any, progress: Progress) -> Tr
             )
             correct += int(np.sum(predicted == y[test_idx]))
         metrics["cv_label_accuracy_1nn"] = correct / len(labelled)
-    return Trained({"estimator": final}, metrics)
+    return Trained({"estimator": final, "mean": mean, "scale": scale}, metrics)
 
 
 def train_svmcompare(data: TrainingData, params: Any, progress: Progress) -> Trained:

@@ -111,8 +111,9 @@ def test_embedding_routes(trained):
 
 def test_metricboost_routes_match_the_library(trained):
     client, headers, study, models = trained
+    X = (study.X - study.X.mean(axis=0)) / study.X.std(axis=0)  # the service standardises
     direct = MetricBoost(n_estimators=10, weak_learner="normalized", random_state=0).fit(
-        study.X, study.triplets
+        X, study.triplets
     )
     metric = client.get(f"/api/models/{models['metricboost']}/metric", headers=headers).json()
     np.testing.assert_allclose(metric["metric"], direct.metric_)
@@ -120,11 +121,11 @@ def test_metricboost_routes_match_the_library(trained):
     closer = client.post(
         f"/api/models/{models['metricboost']}/triplets", json={"triplets": asked}, headers=headers
     ).json()["closer"]
-    assert closer == direct.predict_triplets(study.X, np.array(asked)).tolist()
+    assert closer == direct.predict_triplets(X, np.array(asked)).tolist()
     neighbours = client.get(
         f"/api/models/{models['metricboost']}/neighbors/3?k=4", headers=headers
     ).json()
-    _, expected = direct.kneighbors(study.X[3:4], study.X, n_neighbors=5)
+    _, expected = direct.kneighbors(X[3:4], X, n_neighbors=5)
     assert [n["index"] for n in neighbours] == [i for i in expected[0] if i != 3][:4]
     labels = client.get(f"/api/models/{models['metricboost']}/predictions", headers=headers).json()
     assert {row["label"] for row in labels} <= {"class-0", "class-1"}
