@@ -17,7 +17,7 @@ from app.services.training import load_artifact
 
 KERNEL_MATRIX_MAX_OBJECTS = 5000
 _CACHE_SIZE = 8
-_cache: OrderedDict[int, dict[str, Any]] = OrderedDict()
+_cache: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
 _cache_lock = threading.Lock()
 
 
@@ -51,13 +51,15 @@ def list_models(db: Session, project: Project, kind: str | None = None) -> list[
 
 def loaded(model: Model) -> dict[str, Any]:
     """The model's artifact, unpickled once per process and kept for the next request."""
+    # Models never change once stored; the key also tells apart databases that reuse ids.
+    key = (model.id, model.project_id, model.kind, model.version, model.created_at)
     with _cache_lock:
-        if model.id in _cache:
-            _cache.move_to_end(model.id)
-            return _cache[model.id]
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
     artifact = load_artifact(model.artifact)
     with _cache_lock:
-        _cache[model.id] = artifact
+        _cache[key] = artifact
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return artifact
@@ -155,11 +157,11 @@ def neighbors(db: Session, model: Model, index: int, k: int) -> list[dict]:
     if not 1 <= k < n:
         raise InvalidInput(f"k must be between 1 and {n - 1}")
     if model.kind == "kernel":
-        phi = artifact["estimator"].features_
-        similarity = np.asarray((phi @ phi[index].T).todense()).ravel()
-        similarity[index] = -np.inf
-        order = np.argsort(-similarity, kind="stable")[:k]
-        return [{"index": int(i), "similarity": float(similarity[i])} for i in order]
+        indices, similarities = artifact["estimator"].neighbors(index, k)
+        return [
+            {"index": int(i), "similarity": float(s)}
+            for i, s in zip(indices, similarities, strict=True)
+        ]
     if model.kind == "embedding":
         points = artifact["embedding"]
         distance = np.linalg.norm(points - points[index], axis=1)

@@ -10,7 +10,7 @@ comparisons, so its quality is its cross-validated label accuracy alone.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,7 @@ from sklearn.model_selection import KFold, StratifiedKFold
 
 from app.learning.embedding import CKL, GNMDS, SOE, TSTE
 from app.learning.kernel_methods import kernel_svm
-from app.learning.kernels import TripletKernel
+from app.learning.kernels import TripletKernel, landmark_triplet_mask
 from app.learning.metricboost import MetricBoost
 from app.learning.svmcompare import SVMCompare
 from app.learning.tripletboost import TripletBoost
@@ -63,6 +63,13 @@ def requirements(kind: str, data: TrainingData, params: Any) -> list[str]:
         landmarks = np.asarray(params.landmarks)
         if len(landmarks) < 2 or landmarks.min() < 0 or landmarks.max() >= data.n_objects:
             missing.append(f"landmarks must be at least 2 indices in 0..{data.n_objects - 1}")
+        elif n_triplets >= MIN_TRIPLETS:
+            fitting = int(landmark_triplet_mask(data.triplets, landmarks, params.kernel).sum())
+            if fitting < MIN_TRIPLETS:
+                missing.append(
+                    f"only {fitting} of the {n_triplets} triplets fit the {params.kernel} landmark "
+                    f"design on these landmarks; at least {MIN_TRIPLETS} are needed"
+                )
     return missing
 
 
@@ -120,11 +127,17 @@ def _kernel_agreement(kernel: TripletKernel, triplets: np.ndarray) -> float:
 
 
 def train_kernel(data: TrainingData, params: Any, progress: Progress) -> Trained:
+    """k1 or k2; with ``landmarks``, on the triplets that fit the landmark design (§2.3):
+    a project's other triplets (random ones, say) are left out."""
+
     def fit(triplets: np.ndarray) -> TripletKernel:
         return TripletKernel(kind=params.kernel, landmarks=params.landmarks).fit(
             triplets, data.n_objects
         )
 
+    if params.landmarks is not None:
+        fits = landmark_triplet_mask(data.triplets, params.landmarks, params.kernel)
+        data = replace(data, triplets=data.triplets[fits])
     train, test = heldout_split(len(data.triplets), params.random_state)
     progress(0.1, "held-out fit")
     evaluated = fit(data.triplets[train])

@@ -167,3 +167,37 @@ def test_learning_curve_lists_every_model_with_its_figures(trained):
     assert "cv_label_accuracy" in by_kind["tripletboost"]["metrics"]
     assert "heldout_pair_accuracy" in by_kind["svmcompare"]["metrics"]
     assert by_kind["svmcompare"]["metrics"]["heldout_pair_accuracy"] > 0.6
+
+
+def test_kernel_with_landmarks_learns_from_the_design_triplets_only(app, engine):
+    from app.learning.triplets import make_landmark_triplets
+
+    for client, headers in committed_client(app, engine):
+        study = make_study(client, headers, n=30, n_triplets=300, n_pairs=0)
+        landmarks = [0, 1, 2, 3, 4]
+        design = make_landmark_triplets(
+            study.X, landmarks, n_triplets=200, kind="k1", random_state=1
+        )
+        client.post(
+            f"/api/projects/{study.slug}/answers",
+            json={"triplets": design.tolist()},
+            headers=headers,
+        )
+        job = client.post(
+            f"/api/projects/{study.slug}/models",
+            json={"kind": "kernel", "params": {"landmarks": landmarks}},
+            headers=headers,
+        ).json()
+        with Session(engine, expire_on_commit=False) as db:
+            assert run_training(db, claim_next(db).id) == "succeeded"
+        model = client.get(f"/api/jobs/{job['id']}", headers=headers).json()["model_id"]
+        figures = client.get(
+            f"/api/projects/{study.slug}/models/latest?kind=kernel", headers=headers
+        )
+        everything = np.vstack([study.triplets, design])
+        in_design = everything[np.isin(everything[:, 1:], landmarks).all(axis=1)]
+        fitting = TripletKernel(kind="k1", landmarks=landmarks).fit(in_design, len(study.X))
+        K = np.load(io.BytesIO(client.get(f"/api/models/{model}/kernel", headers=headers).content))
+        np.testing.assert_allclose(K, fitting.kernel_matrix())
+        assert len(design) <= len(in_design) < len(everything)
+        assert figures.json()["metrics"]["n_triplets"] == len(in_design)

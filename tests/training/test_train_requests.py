@@ -31,7 +31,11 @@ def request(client, headers, kind, **params):  # type: ignore[no-untyped-def]
 
 
 def jobs(db) -> int:
-    return db.scalar(select(func.count()).select_from(Job))
+    """Jobs of this test's project (other tests leave committed jobs in the database)."""
+    from app.db.models import Project
+
+    project = select(Project.id).where(Project.slug == "train").scalar_subquery()
+    return db.scalar(select(func.count()).select_from(Job).where(Job.project_id == project))
 
 
 PLAIN = [{"name": f"o{i}"} for i in range(10)]
@@ -99,3 +103,11 @@ def test_flagged_answers_are_left_out_unless_asked(client, auth_headers, project
 def test_job_routes_404_for_unknown_and_foreign_jobs(client, auth_headers, db):
     assert client.get("/api/jobs/12345", headers=auth_headers).status_code == 404
     assert client.delete("/api/jobs/12345", headers=auth_headers).status_code == 404
+
+
+def test_kernel_landmarks_need_enough_design_triplets(client, auth_headers, project, db):
+    add(client, auth_headers, WITH_FEATURES, random_triplets(10, 30))
+    response = request(client, auth_headers, "kernel", landmarks=[0, 1])
+    assert response.status_code == 422
+    assert "fit the k1 landmark design" in response.json()["detail"]
+    assert jobs(db) == 0
