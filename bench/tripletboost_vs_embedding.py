@@ -153,7 +153,7 @@ def main() -> None:
                     sec[method].append(times[method])
             rows.append((n, share, m, metric, acc, sec, notes))
             line = " ".join(f"{k} {fmt(acc[k])} ({fmt(sec[k], 1)} s)" for k in acc)
-            print(f"  n={n} {share:.1%} {metric}: {line} {' '.join(notes)}", flush=True)
+            print(f"  n={n} {share:.2%} {metric}: {line} {' '.join(notes)}", flush=True)
 
     print(f"\nMoons, 2/3 train, accuracy and wall seconds, mean ± sd over {len(seeds)} seed(s)")
     head = (
@@ -169,7 +169,7 @@ def main() -> None:
         ratio = np.mean(sec["SOE"]) / np.mean(sec["TripletBoost"]) if sec["SOE"] else float("nan")
         extra = f"  {'; '.join(sorted(notes))}" if notes else ""
         print(
-            f"{n:5d} {share:6.1%} {m:10,d} {metric:>9s} | {cells[0]:>24s} | {cells[1]:>24s} | "
+            f"{n:5d} {share:6.2%} {m:10,d} {metric:>9s} | {cells[0]:>24s} | {cells[1]:>24s} | "
             f"{cells[2]:>24s} | {ratio:11.1f}{extra}"
         )
 
