@@ -311,7 +311,7 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=40_000, help="simulated pairs per norm")
     parser.add_argument("--scale-norm", choices=tuple(NORMS), default="l1")
     parser.add_argument(
-        "--cells", default="bench/results/svmcompare_cells.jsonl", help="per-cell results"
+        "--cells", default="bench/results/svmcompare_cells.txt", help="per-cell JSON lines"
     )
     parser.add_argument(
         "--summarise", action="store_true", help="read --cells instead of running the grid"
