@@ -50,6 +50,9 @@ class SVMCompareParams(_Params):
     C: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     kernel: Literal["rbf", "linear"] = "rbf"
     gamma: float | Literal["scale"] = "scale"
+    standardize: bool = Field(
+        default=True, description="z-score the features first, as the paper's authors do."
+    )
 
 
 PARAMS: dict[str, type[_Params]] = {

@@ -236,8 +236,9 @@ def train_metricboost(data: TrainingData, params: Any, progress: Progress) -> Tr
 
 
 def train_svmcompare(data: TrainingData, params: Any, progress: Progress) -> Trained:
-    X = data.features
-    assert X is not None
+    assert data.features is not None
+    mean, scale = standardizer(data.features) if params.standardize else (0.0, 1.0)
+    X = (data.features - mean) / scale
 
     def fit(pairs: np.ndarray) -> SVMCompare:
         model = SVMCompare(C=params.C, kernel=params.kernel, gamma=params.gamma)
@@ -254,7 +255,8 @@ def train_svmcompare(data: TrainingData, params: Any, progress: Progress) -> Tra
         "heldout_pairs": len(test),
         "heldout_pair_accuracy": float(evaluated.score(X[held[:, 0]], X[held[:, 1]], held[:, 2])),
     }
-    return Trained({"estimator": final, "ranking": final.rank(X)}, metrics)
+    artifact = {"estimator": final, "ranking": final.rank(X), "mean": mean, "scale": scale}
+    return Trained(artifact, metrics)
 
 
 TRAINERS: dict[str, Callable[[TrainingData, Any, Progress], Trained]] = {
