@@ -50,6 +50,11 @@ class SVMCompareParams(_Params):
     C: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     kernel: Literal["rbf", "linear"] = "rbf"
     gamma: float | Literal["scale"] = "scale"
+    solver: Literal["auto", "dual", "primal"] = Field(
+        default="auto",
+        description="dual: the exact kernel SVM (memory grows as pairs²); primal: linear or "
+        "Nystroem features with liblinear, for many pairs; auto: dual up to 3,000 pairs.",
+    )
     standardize: bool = Field(
         default=True, description="z-score the features first, as the paper's authors do."
     )

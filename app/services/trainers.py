@@ -28,6 +28,7 @@ Progress = Callable[[float, str], None]  # (fraction done, text)
 MIN_TRIPLETS = 20
 MIN_PAIRS = 20
 HELDOUT_SHARE = 0.1
+EXACT_SVMCOMPARE_MAX_PAIRS = 3000  # the dual's 2m × 2m kernel: ~0.5 GB at 3,000 pairs
 EMBEDDINGS = {"soe": SOE, "tste": TSTE, "ckl": CKL, "gnmds": GNMDS}
 
 
@@ -240,8 +241,18 @@ def train_svmcompare(data: TrainingData, params: Any, progress: Progress) -> Tra
     mean, scale = standardizer(data.features) if params.standardize else (0.0, 1.0)
     X = (data.features - mean) / scale
 
+    solver = params.solver
+    if solver == "auto":
+        solver = "dual" if len(data.pairs) <= EXACT_SVMCOMPARE_MAX_PAIRS else "primal"
+
     def fit(pairs: np.ndarray) -> SVMCompare:
-        model = SVMCompare(C=params.C, kernel=params.kernel, gamma=params.gamma)
+        model = SVMCompare(
+            C=params.C,
+            kernel=params.kernel,
+            gamma=params.gamma,
+            solver=solver,
+            random_state=params.random_state,
+        )
         return model.fit(X[pairs[:, 0]], X[pairs[:, 1]], pairs[:, 2])
 
     train, test = heldout_split(len(data.pairs), params.random_state)
@@ -254,6 +265,7 @@ def train_svmcompare(data: TrainingData, params: Any, progress: Progress) -> Tra
         "n_pairs": len(data.pairs),
         "heldout_pairs": len(test),
         "heldout_pair_accuracy": float(evaluated.score(X[held[:, 0]], X[held[:, 1]], held[:, 2])),
+        "solver": solver,
     }
     artifact = {"estimator": final, "ranking": final.rank(X), "mean": mean, "scale": scale}
     return Trained(artifact, metrics)
