@@ -100,14 +100,21 @@ def expire_leases(db: Session, project: Project, now: datetime) -> None:
     # Repeats never held a place among a question's wanted answers.
     freed = Counter(question_id for question_id, is_repeat in expired if not is_repeat)
     for question_id, count in freed.items():
-        db.execute(
-            update(Question)
-            .where(Question.id == question_id)
-            .values(
-                live=Question.live - count,
-                is_open=Question.answered + Question.live - count < Question.wanted,
-            )
+        count_places(db, question_id, live=-count)
+
+
+def count_places(db: Session, question_id: int, *, live: int = 0, answered: int = 0) -> None:
+    """Shift a question's leased and answered counts in SQL (atomic under concurrency) and
+    keep ``is_open``: whether someone else may still be asked it."""
+    db.execute(
+        update(Question)
+        .where(Question.id == question_id)
+        .values(
+            live=Question.live + live,
+            answered=Question.answered + answered,
+            is_open=Question.answered + answered + Question.live + live < Question.wanted,
         )
+    )
 
 
 def _session_number(session_id: str) -> int:
@@ -265,14 +272,7 @@ def _issue(
     )
     db.add(query)
     if not is_repeat:
-        db.execute(
-            update(Question)
-            .where(Question.id == question.id)
-            .values(
-                live=Question.live + 1,
-                is_open=Question.answered + Question.live + 1 < Question.wanted,
-            )
-        )
+        count_places(db, question.id, live=1)
     db.flush()
     return query
 

@@ -12,7 +12,7 @@ from app.db.models import Answer, Project, Query, Question, WorkSession, utcnow
 from app.db.session import begin_write
 from app.errors import AppError, Conflict, Forbidden, InvalidInput, NotFound
 from app.schemas.plans import Plan
-from app.services.issuance import finish_session
+from app.services.issuance import count_places, finish_session
 from app.services.quality import review_participant
 
 QUALITY_REVIEW_EVERY = 5
@@ -68,15 +68,7 @@ def record_answer(
     if query.is_repeat:
         answer.consistent = _agrees_with_first_answer(db, work, query, answer)
     else:
-        db.execute(
-            update(Question)
-            .where(Question.id == question.id)
-            .values(
-                answered=Question.answered + 1,
-                live=Question.live - 1,
-                is_open=Question.answered + Question.live < Question.wanted,
-            )
-        )
+        count_places(db, question.id, live=-1, answered=1)
     db.add(answer)
     work.answered += 1
     if work.answered >= work.total:

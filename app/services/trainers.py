@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.model_selection import KFold, StratifiedKFold
+from sklearn.neighbors import KNeighborsClassifier
 
 from app.learning.embedding import CKL, GNMDS, SOE, TSTE
 from app.learning.kernel_methods import kernel_svm
@@ -113,6 +114,8 @@ def train_tripletboost(data: TrainingData, params: Any, progress: Progress) -> T
     if folds:
         metrics["cv_label_accuracy"] = correct / len(labelled)
         metrics["cv_abstention_rate"] = abstained / len(labelled)
+        answered = len(labelled) - abstained
+        metrics["cv_accuracy_when_answered"] = correct / answered if answered else None
         metrics["cv_folds"] = len(folds)
         metrics["note"] = "abstentions count as errors in cv_label_accuracy"
     return Trained({"estimator": final, "triplets": data.triplets}, metrics)
@@ -149,16 +152,14 @@ def train_kernel(data: TrainingData, params: Any, progress: Progress) -> Trained
     }
     progress(0.4, "final fit")
     final = fit(data.triplets)
-    labelled, y, folds = _label_folds(data.labels, 5, params.random_state)
-    if folds and len(np.unique(y)) > 1:
-        progress(0.6, "label cross-validation (kernel SVM)")
-        correct = 0
-        for train_idx, test_idx in folds:
-            if len(np.unique(y[train_idx])) < 2:
-                continue
-            predicted = kernel_svm(final, labelled[train_idx], y[train_idx], labelled[test_idx])
-            correct += int(np.sum(predicted == y[test_idx]))
-        metrics["cv_label_accuracy"] = correct / len(labelled)
+    progress(0.6, "label cross-validation (kernel SVM)")
+    accuracy = _cv_label_accuracy(
+        data.labels,
+        params.random_state,
+        lambda train, y_train, test: kernel_svm(final, train, y_train, test),
+    )
+    if accuracy is not None:
+        metrics["cv_label_accuracy"] = accuracy
     return Trained({"estimator": final}, metrics)
 
 
@@ -179,22 +180,40 @@ def train_embedding(data: TrainingData, params: Any, progress: Progress) -> Trai
         "heldout_triplets": len(test),
         "heldout_triplet_accuracy": float(evaluated.score(data.triplets[test])),
     }
-    metrics.update(_knn_cv(final.embedding_, data.labels, params.random_state))
-    return Trained({"estimator": final, "embedding": final.embedding_}, metrics)
+    points = final.embedding_
+    accuracy = _cv_label_accuracy(
+        data.labels,
+        params.random_state,
+        lambda train, y_train, test: (
+            KNeighborsClassifier(n_neighbors=1).fit(points[train], y_train).predict(points[test])
+        ),
+    )
+    if accuracy is not None:
+        metrics["cv_label_accuracy_1nn"] = accuracy
+    return Trained({"estimator": final, "embedding": points}, metrics)
 
 
-def _knn_cv(points: np.ndarray, labels: np.ndarray, seed: int) -> dict[str, Any]:
-    """1-NN label accuracy, cross-validated over the labelled objects."""
-    from sklearn.neighbors import KNeighborsClassifier
+def _cv_label_accuracy(
+    labels: np.ndarray,
+    seed: int,
+    predict: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+) -> float | None:
+    """Label accuracy cross-validated over the labelled objects, or None with < 2 classes.
 
+    ``predict(train_objects, train_labels, test_objects)`` gives the test objects' labels;
+    a fold whose training part holds one class predicts that class.
+    """
     labelled, y, folds = _label_folds(labels, 5, seed)
     if not folds or len(np.unique(y)) < 2:
-        return {}
+        return None
     correct = 0
     for train, test in folds:
-        knn = KNeighborsClassifier(n_neighbors=1).fit(points[labelled[train]], y[train])
-        correct += int(np.sum(knn.predict(points[labelled[test]]) == y[test]))
-    return {"cv_label_accuracy_1nn": correct / len(labelled)}
+        if len(np.unique(y[train])) < 2:
+            predicted = np.full(len(test), y[train][0])
+        else:
+            predicted = predict(labelled[train], y[train], labelled[test])
+        correct += int(np.sum(np.asarray(predicted) == y[test]))
+    return correct / len(labelled)
 
 
 def standardizer(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -224,15 +243,13 @@ def train_metricboost(data: TrainingData, params: Any, progress: Progress) -> Tr
         "heldout_triplets": len(test),
         "heldout_triplet_accuracy": float(evaluated.score(X, data.triplets[test])),
     }
-    labelled, y, folds = _label_folds(data.labels, 5, params.random_state)
-    if folds and len(np.unique(y)) > 1:
-        correct = 0
-        for train_idx, test_idx in folds:
-            predicted = final.predict_knn(
-                X[labelled[train_idx]], y[train_idx], X[labelled[test_idx]]
-            )
-            correct += int(np.sum(predicted == y[test_idx]))
-        metrics["cv_label_accuracy_1nn"] = correct / len(labelled)
+    accuracy = _cv_label_accuracy(
+        data.labels,
+        params.random_state,
+        lambda train, y_train, test: final.predict_knn(X[train], y_train, X[test]),
+    )
+    if accuracy is not None:
+        metrics["cv_label_accuracy_1nn"] = accuracy
     return Trained({"estimator": final, "mean": mean, "scale": scale}, metrics)
 
 
