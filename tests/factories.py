@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 from fastapi.testclient import TestClient
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
 
 
 def make_project(
@@ -106,3 +110,23 @@ def answer_all(
         response = answer(client, session_id, headers, query["token"], first_choice(query), ms)
         assert response.status_code == 201, response.text
         answered.append(query)
+
+
+@contextmanager
+def committed_requests(app, engine: Engine) -> Iterator[dict[str, str]]:  # type: ignore[no-untyped-def]
+    """Requests get their own sessions that really commit, as on a real server (for races
+    and for jobs that read from other processes); yields a researcher's headers."""
+    from app.api.deps import get_db
+    from app.services.auth import create_key
+
+    def real_session() -> Iterator[Session]:
+        with Session(engine, expire_on_commit=False) as session:
+            yield session
+
+    app.dependency_overrides[get_db] = real_session
+    with Session(engine) as db:
+        _, secret = create_key(db, "researcher", "committed requests")
+    try:
+        yield {"Authorization": f"Bearer {secret}"}
+    finally:
+        app.dependency_overrides.clear()

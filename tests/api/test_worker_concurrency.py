@@ -11,10 +11,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.api.deps import get_db
 from app.db.models import Answer, Project, Query
-from app.services.auth import create_key
 from tests.factories import (
+    committed_requests,
     first_choice,
     make_objects,
     make_project,
@@ -27,20 +26,14 @@ from tests.factories import (
 @pytest.fixture
 def live(app, engine) -> Iterator[tuple[TestClient, TestClient, dict[str, str], str]]:
     """Two clients whose requests each get their own committed session, like a real server."""
-
-    def real_session() -> Iterator[Session]:
-        with Session(engine, expire_on_commit=False) as session:
-            yield session
-
-    app.dependency_overrides[get_db] = real_session
-    with Session(engine) as db:
-        _, secret = create_key(db, "researcher", "live")
-    headers = {"Authorization": f"Bearer {secret}"}
     slug = f"race-{uuid.uuid4().hex[:8]}"
-    with TestClient(app) as first, TestClient(app) as second:
+    with (
+        committed_requests(app, engine) as headers,
+        TestClient(app) as first,
+        TestClient(app) as second,
+    ):
         yield first, second, headers, slug
         first.delete(f"/api/projects/{slug}?force=true", headers=headers)
-    app.dependency_overrides.clear()
 
 
 def run_together(*calls):  # type: ignore[no-untyped-def]

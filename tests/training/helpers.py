@@ -10,13 +10,11 @@ from dataclasses import dataclass
 import numpy as np
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
-from sqlalchemy.orm import Session
 
-from app.api.deps import get_db
 from app.jobs.executor import Executor
 from app.jobs.runner import JobRunner
 from app.learning.triplets import make_random_triplets
-from app.services.auth import create_key
+from tests.factories import committed_requests
 
 
 @dataclass
@@ -29,16 +27,8 @@ class StudyData:
 
 
 def committed_client(app, engine: Engine) -> Iterator[tuple[TestClient, dict[str, str]]]:  # type: ignore[no-untyped-def]
-    def real_session() -> Iterator[Session]:
-        with Session(engine, expire_on_commit=False) as session:
-            yield session
-
-    app.dependency_overrides[get_db] = real_session
-    with Session(engine) as db:
-        _, secret = create_key(db, "researcher", "training tests")
-    with TestClient(app) as client:
-        yield client, {"Authorization": f"Bearer {secret}"}
-    app.dependency_overrides.clear()
+    with committed_requests(app, engine) as headers, TestClient(app) as client:
+        yield client, headers
 
 
 def make_study(

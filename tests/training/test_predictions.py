@@ -166,6 +166,14 @@ def test_learning_curve_lists_every_model_with_its_figures(trained):
     assert "cv_label_accuracy" in by_kind["tripletboost"]["metrics"]
     assert "heldout_pair_accuracy" in by_kind["svmcompare"]["metrics"]
     assert by_kind["svmcompare"]["metrics"]["heldout_pair_accuracy"] > 0.6
+    # Two well-separated blobs: every label figure should be high, and none can exceed 1.
+    assert 0.8 < by_kind["kernel"]["metrics"]["cv_label_accuracy"] <= 1.0
+    assert 0.8 < by_kind["embedding"]["metrics"]["cv_label_accuracy_1nn"] <= 1.0
+    assert 0.8 < by_kind["metricboost"]["metrics"]["cv_label_accuracy_1nn"] <= 1.0
+    boost = by_kind["tripletboost"]["metrics"]
+    # TripletBoost abstains where no selected triplet classifier speaks for an object.
+    assert boost["cv_label_accuracy"] + boost["cv_abstention_rate"] <= 1.0
+    assert 0.8 < boost["cv_accuracy_when_answered"] <= 1.0
 
 
 def test_kernel_with_landmarks_learns_from_the_design_triplets_only(app, engine):
