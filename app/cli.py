@@ -191,6 +191,9 @@ def simulate(
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to bind (default: settings).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default: settings).")] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Server processes (default: settings' web_workers).")
+    ] = None,
 ) -> None:
     """Apply migrations, create the first admin key and the demo, then serve HTTP."""
     import uvicorn
@@ -213,7 +216,14 @@ def serve(
     typer.echo(f"Triplet Lab on http://{host}:{port}  (API docs: http://{host}:{port}/docs)")
     if settings.demo:
         typer.echo(f"Demo worker page: http://{host}:{port}/w/{DEMO_SLUG}")
-    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, log_level="warning")
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers or settings.web_workers,
+        log_level="warning",
+    )
 
 
 if __name__ == "__main__":

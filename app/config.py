@@ -21,6 +21,12 @@ class Settings(BaseSettings):
     )
     host: str = Field(default="127.0.0.1", description="Address `tripletlab serve` binds to.")
     port: int = Field(default=8000, description="Port `tripletlab serve` listens on.")
+    web_workers: int = Field(
+        default=1,
+        ge=1,
+        description="Server processes `tripletlab serve` starts (uvicorn workers); each runs "
+        "its own job runner unless `TRIPLETLAB_RUN_JOBS` is false.",
+    )
     data_dir: Path = Field(
         default=Path("./data"),
         description="Directory for uploaded media (object images) and the server's secret.",

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import threading
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Header, status
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from app.api.deps import SessionDep
+from app.config import get_settings
 from app.db.models import Project, WorkSession
 from app.errors import NotFound
 from app.schemas.plans import Plan
@@ -25,6 +30,7 @@ from app.schemas.worker import (
 from app.services import issuance, responses, sessions
 
 router = APIRouter(prefix="/api/w", tags=["worker"])
+T = TypeVar("T")
 
 
 def public_project(db: SessionDep, slug: str) -> Project:
@@ -34,14 +40,7 @@ def public_project(db: SessionDep, slug: str) -> Project:
     return project
 
 
-def current_session(
-    db: SessionDep, session_id: str, authorization: Annotated[str | None, Header()] = None
-) -> WorkSession:
-    return sessions.authenticate_session(db, session_id, authorization)
-
-
 ProjectDep = Annotated[Project, Depends(public_project)]
-WorkSessionDep = Annotated[WorkSession, Depends(current_session)]
 
 
 @router.get("/{slug}", response_model=PublicProject)
@@ -69,9 +68,35 @@ def create_session(project: ProjectDep, data: SessionCreate, db: SessionDep) -> 
     )
 
 
+# The two routes a worker calls for every question do all their database work in one
+# function run in one worker thread: each dependency run in a thread costs a hop. On SQLite
+# they take turns in this process (there is one writer at a time anyway): a thread waiting
+# on this lock wakes as soon as it is free, where SQLite's own busy handler sleeps up to
+# 100 ms between retries.
+_sqlite_turns = threading.Lock()
+
+
+async def _in_thread(function: Callable[..., T], *args: Any) -> T:
+    if get_settings().database_url.startswith("sqlite"):
+        return await run_in_threadpool(_taking_turns, function, *args)
+    return await run_in_threadpool(function, *args)
+
+
+def _taking_turns(function: Callable[..., T], *args: Any) -> T:
+    with _sqlite_turns:
+        return function(*args)
+
+
 @router.get("/sessions/{session_id}/next", response_model=NextQuery)
-def read_next_query(work: WorkSessionDep, db: SessionDep) -> NextQuery:
+async def read_next_query(
+    session_id: str, db: SessionDep, authorization: Annotated[str | None, Header()] = None
+) -> NextQuery:
     """The open question of the session (the same one until it is answered), or the end."""
+    return await _in_thread(_next_query, db, session_id, authorization)
+
+
+def _next_query(db: Session, session_id: str, authorization: str | None) -> NextQuery:
+    work = sessions.authenticate_session(db, session_id, authorization)
     project = db.get(Project, work.project_id)
     assert project is not None
     issued = issuance.next_query(db, project, work)
@@ -92,7 +117,7 @@ def read_next_query(work: WorkSessionDep, db: SessionDep) -> NextQuery:
     return _done(db, project, work, issued.message)
 
 
-def _done(db: SessionDep, project: Project, work: WorkSession, message: str) -> NextQuery:
+def _done(db: Session, project: Project, work: WorkSession, message: str) -> NextQuery:
     if work.finished_at is None:
         return NextQuery(done=True, message=message or "There is nothing to answer right now.")
     if not message and work.answered < work.total:
@@ -126,8 +151,20 @@ def _done(db: SessionDep, project: Project, work: WorkSession, message: str) -> 
     status_code=status.HTTP_201_CREATED,
     response_model=AnswerRecorded,
 )
-def create_answer(work: WorkSessionDep, data: AnswerCreate, db: SessionDep) -> AnswerRecorded:
+async def create_answer(
+    session_id: str,
+    data: AnswerCreate,
+    db: SessionDep,
+    authorization: Annotated[str | None, Header()] = None,
+) -> AnswerRecorded:
     """Record the answer to the question ``token``; resending the same answer is harmless."""
+    return await _in_thread(_create_answer, db, session_id, authorization, data)
+
+
+def _create_answer(
+    db: Session, session_id: str, authorization: str | None, data: AnswerCreate
+) -> AnswerRecorded:
+    work = sessions.authenticate_session(db, session_id, authorization)
     project = db.get(Project, work.project_id)
     assert project is not None
     work = responses.record_answer(db, project, work, data.token, data.choice, data.client_ms)

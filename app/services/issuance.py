@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import exists, select, update
+from sqlalchemy import bindparam, exists, select, update
 from sqlalchemy.orm import Session
 
 from app.active.base import Proposal
@@ -44,14 +44,52 @@ def planner_for(project: Project, plan: Plan | None = None) -> Planner:
     return Planner(specs, project.n_objects, plan.seed, gold_rate=plan.gold_rate)
 
 
+# The statements of the hot path are built once, with parameters: building a SQLAlchemy
+# statement costs more than SQLite takes to run it (profiled).
+_OPEN_QUERY = (
+    select(Query)
+    .where(
+        Query.session_id == bindparam("session"),
+        Query.status == "issued",
+        Query.expires_at > bindparam("now"),
+    )
+    .order_by(Query.id.desc())
+    .limit(1)
+)
+_EXPIRE_LEASES = (
+    update(Query)
+    .where(
+        Query.project_id == bindparam("project"),
+        Query.status == "issued",
+        Query.expires_at <= bindparam("now"),
+    )
+    .values(status="expired")
+    .returning(Query.question_id, Query.is_repeat)
+    .execution_options(synchronize_session=False)
+)
+_SEEN = exists().where(
+    Query.participant_id == bindparam("participant"), Query.question_id == Question.id
+)
+_OPEN_QUESTION = (
+    select(Question)
+    .where(Question.project_id == bindparam("project"), Question.is_open, ~_SEEN)
+    .order_by(Question.id)
+    .limit(1)
+)
+_QUESTION_BY_KEY = select(Question).where(
+    Question.project_id == bindparam("project"), Question.key == bindparam("key")
+)
+_SEEN_QUESTION = select(
+    exists().where(
+        Query.participant_id == bindparam("participant"),
+        Query.question_id == bindparam("question"),
+    )
+)
+
+
 def open_query(db: Session, work: WorkSession) -> Query | None:
     """The question this session holds and has not answered, if its lease still runs."""
-    return db.scalar(
-        select(Query)
-        .where(Query.session_id == work.id, Query.status == "issued", Query.expires_at > utcnow())
-        .order_by(Query.id.desc())
-        .limit(1)
-    )
+    return db.scalar(_OPEN_QUERY, {"session": work.id, "now": utcnow()})
 
 
 def next_query(db: Session, project: Project, work: WorkSession) -> Issued:
@@ -91,41 +129,36 @@ def next_query(db: Session, project: Project, work: WorkSession) -> Issued:
 
 def expire_leases(db: Session, project: Project, now: datetime) -> None:
     """Free the questions whose lease ran out, so someone else may be asked."""
-    expired = db.execute(
-        update(Query)
-        .where(Query.project_id == project.id, Query.status == "issued", Query.expires_at <= now)
-        .values(status="expired")
-        .returning(Query.question_id, Query.is_repeat)
-    ).all()
+    expired = db.execute(_EXPIRE_LEASES, {"project": project.id, "now": now}).all()
     # Repeats never held a place among a question's wanted answers.
     freed = Counter(question_id for question_id, is_repeat in expired if not is_repeat)
     for question_id, count in freed.items():
         count_places(db, question_id, live=-count)
 
 
+# Built once: this runs twice per question a worker answers.
+_COUNT_PLACES = (
+    update(Question)
+    .where(Question.id == bindparam("question"))
+    .values(
+        live=Question.live + bindparam("live"),
+        answered=Question.answered + bindparam("answered"),
+        is_open=Question.answered + bindparam("answered") + Question.live + bindparam("live")
+        < Question.wanted,
+    )
+    # Plain SQL: no search of the session's loaded objects for rows to synchronise.
+    .execution_options(synchronize_session=False)
+)
+
+
 def count_places(db: Session, question_id: int, *, live: int = 0, answered: int = 0) -> None:
     """Shift a question's leased and answered counts in SQL (atomic under concurrency) and
     keep ``is_open``: whether someone else may still be asked it."""
-    db.execute(
-        update(Question)
-        .where(Question.id == question_id)
-        .values(
-            live=Question.live + live,
-            answered=Question.answered + answered,
-            is_open=Question.answered + answered + Question.live + live < Question.wanted,
-        )
-    )
+    db.execute(_COUNT_PLACES, {"question": question_id, "live": live, "answered": answered})
 
 
 def _session_number(session_id: str) -> int:
     return int(session_id.replace("-", "")[:8], 16)
-
-
-def _seen(work: WorkSession):  # type: ignore[no-untyped-def]
-    """SQL: this participant has been issued the question already."""
-    return exists().where(
-        Query.participant_id == work.participant_id, Query.question_id == Question.id
-    )
 
 
 def _repeat_question(
@@ -155,12 +188,7 @@ def _repeat_question(
 
 def _open_question(db: Session, project: Project, work: WorkSession) -> Question | None:
     """A question that still needs answers and that this participant has not seen."""
-    return db.scalar(
-        select(Question)
-        .where(Question.project_id == project.id, Question.is_open, ~_seen(work))
-        .order_by(Question.id)
-        .limit(1)
-    )
+    return db.scalar(_OPEN_QUESTION, {"project": project.id, "participant": work.participant_id})
 
 
 def _new_question(db: Session, project: Project, work: WorkSession, plan: Plan) -> Question | None:
@@ -175,11 +203,7 @@ def _new_question(db: Session, project: Project, work: WorkSession, plan: Plan) 
             if proposed is None:
                 return None
             position, proposal = proposed
-            existing = db.scalar(
-                select(Question).where(
-                    Question.project_id == project.id, Question.key == proposal.key
-                )
-            )
+            existing = db.scalar(_QUESTION_BY_KEY, {"project": project.id, "key": proposal.key})
             if existing is None:
                 question = _create_question(db, project, proposal, position, planner, plan)
                 if position >= 0:
@@ -187,12 +211,7 @@ def _new_question(db: Session, project: Project, work: WorkSession, plan: Plan) 
                     state["created"][position] += 1
                 return question
             seen = db.scalar(
-                select(
-                    exists().where(
-                        Query.participant_id == work.participant_id,
-                        Query.question_id == existing.id,
-                    )
-                )
+                _SEEN_QUESTION, {"participant": work.participant_id, "question": existing.id}
             )
             if existing.is_open and not seen:
                 return existing

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -17,6 +17,15 @@ from app.services.quality import review_participant
 
 QUALITY_REVIEW_EVERY = 5
 MAX_CLIENT_MS = 24 * 3600 * 1000
+
+
+# Built once (hot path): mark a query answered unless another request did first.
+_CLAIM = (
+    update(Query)
+    .where(Query.id == bindparam("query"), Query.status == "issued")
+    .values(status="answered", answered_at=bindparam("now"))
+    .execution_options(synchronize_session=False)
+)
 
 
 class Gone(AppError):
@@ -49,11 +58,7 @@ def record_answer(
 
     begin_write(db)
     now = utcnow()
-    claimed = db.execute(
-        update(Query)
-        .where(Query.id == query.id, Query.status == "issued")
-        .values(status="answered", answered_at=now)
-    ).rowcount
+    claimed = db.execute(_CLAIM, {"query": query.id, "now": now}).rowcount
     if not claimed:
         # Another request with this token won the race (or the lease just ended).
         db.rollback()
