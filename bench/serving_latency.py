@@ -143,6 +143,8 @@ def main() -> None:
             time.sleep(2.0)  # into the fit proper
             during = asyncio.run(steady_load(base, args.rate, seconds, "busy"))
             state = client.get(f"/api/jobs/{job['id']}", headers=headers).json()
+            if state["status"] == "failed":
+                print("job error:", state["error"][:800])
             client.delete(f"/api/jobs/{job['id']}", headers=headers)
 
     idle_p50, idle_p99 = summary(idle)

@@ -46,6 +46,7 @@ def progress_reporter(db: Session, job_id: int) -> Callable[[float, str], None]:
         if now - last < PROGRESS_EVERY_S and fraction < 1.0:
             return
         last = now
+        begin_write(db)  # end any read transaction first: SQLite cannot upgrade a stale one
         updated = db.execute(
             update(Job)
             .where(Job.id == job_id, Job.status == "running")
