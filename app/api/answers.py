@@ -9,7 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from app.api.deps import OwnedProject, SessionDep
-from app.api.uploads import read_upload
+from app.api.uploads import read_upload, upload_body
 from app.schemas.answers import AnswersImport, AnswersImported
 from app.services import answers as service
 
@@ -20,22 +20,11 @@ router = APIRouter(prefix="/api/projects/{slug}/answers", tags=["answers"])
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=AnswersImported,
-    openapi_extra={
-        "requestBody": {
-            "content": {
-                "application/json": {"schema": AnswersImport.model_json_schema()},
-                "text/csv": {"schema": {"type": "string"}},
-                "multipart/form-data": {
-                    "schema": {
-                        "type": "object",
-                        "properties": {"file": {"type": "string", "format": "binary"}},
-                    }
-                },
-            },
-            "description": "Triplets [a, b, c] (a closer to b than to c) and pairs "
-            "[a, b, outcome] as JSON, or a CSV with columns kind, a, b, c, outcome.",
-        }
-    },
+    openapi_extra=upload_body(
+        AnswersImport.model_json_schema(),
+        "Triplets [a, b, c] (a closer to b than to c) and pairs [a, b, outcome] as JSON, "
+        "or a CSV with columns kind, a, b, c, outcome.",
+    ),
 )
 async def import_answers(
     project: OwnedProject, db: SessionDep, request: Request

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 
 from app.api.deps import OwnedProject, SessionDep
-from app.api.uploads import read_upload
+from app.api.uploads import read_upload, upload_body
 from app.errors import InvalidInput
 from app.schemas.objects import ObjectCreate, ObjectPublic, ObjectsCreated, ObjectsPublic
 from app.services import objects as service
@@ -20,23 +20,11 @@ router = APIRouter(prefix="/api/projects/{slug}/objects", tags=["objects"])
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=ObjectsCreated,
-    openapi_extra={
-        "requestBody": {
-            "content": {
-                "application/json": {
-                    "schema": {"type": "array", "items": ObjectCreate.model_json_schema()}
-                },
-                "multipart/form-data": {
-                    "schema": {
-                        "type": "object",
-                        "properties": {"file": {"type": "string", "format": "binary"}},
-                    }
-                },
-            },
-            "description": "A JSON list of objects, or a multipart upload (field `file`) of "
-            "a CSV (columns name, text, image_url, label, target, f0..fk) or a ZIP of images.",
-        }
-    },
+    openapi_extra=upload_body(
+        {"type": "array", "items": ObjectCreate.model_json_schema()},
+        "A JSON list of objects, or a CSV (columns name, text, image_url, label, target, "
+        "f0..fk) as the body or a multipart upload (field `file`), or a ZIP of images.",
+    ),
 )
 async def create_objects(project: OwnedProject, db: SessionDep, request: Request) -> ObjectsCreated:
     """Append objects; each gets the next ``index`` (0, 1, 2, … in upload order, forever)."""

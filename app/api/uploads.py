@@ -14,6 +14,22 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app.errors import InvalidInput, PayloadTooLarge
 
 
+def upload_body(json_schema: dict[str, Any], description: str) -> dict[str, Any]:
+    """OpenAPI ``openapi_extra`` for a body read by :func:`read_upload`: JSON, a CSV body,
+    or a multipart upload in the field ``file``."""
+    file_field = {"type": "object", "properties": {"file": {"type": "string", "format": "binary"}}}
+    return {
+        "requestBody": {
+            "content": {
+                "application/json": {"schema": json_schema},
+                "text/csv": {"schema": {"type": "string"}},
+                "multipart/form-data": {"schema": file_field},
+            },
+            "description": description,
+        }
+    }
+
+
 @dataclass
 class Upload:
     json: Any = None
