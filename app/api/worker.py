@@ -15,7 +15,6 @@ from app.api.deps import SessionDep
 from app.config import get_settings
 from app.db.models import Project, WorkSession
 from app.errors import NotFound
-from app.schemas.plans import Plan
 from app.schemas.worker import (
     AnswerCreate,
     AnswerRecorded,
@@ -28,6 +27,7 @@ from app.schemas.worker import (
     ShownQuery,
 )
 from app.services import issuance, responses, sessions
+from app.services.projects import project_plan
 
 router = APIRouter(prefix="/api/w", tags=["worker"])
 T = TypeVar("T")
@@ -60,7 +60,8 @@ def read_public_project(project: ProjectDep) -> PublicProject:
 def create_session(project: ProjectDep, data: SessionCreate, db: SessionDep) -> SessionOpened:
     """Open (or resume) the session of the participant named by the platform parameters."""
     identity = sessions.identify(data.model_dump(exclude_none=True, exclude={"simulated"}))
-    total = Plan.model_validate(project.plan).queries_per_session if project.plan else 0
+    plan = project_plan(project)
+    total = plan.queries_per_session if plan else 0
     source = "simulated" if data.simulated else "crowd"
     work, token = sessions.open_session(db, project, identity, total, source)
     return SessionOpened(
@@ -123,7 +124,7 @@ def _done(db: Session, project: Project, work: WorkSession, message: str) -> Nex
     if not message and work.answered < work.total:
         message = issuance.EXHAUSTED_MESSAGE
     code = sessions.completion_code(work.id)
-    plan = Plan.model_validate(project.plan) if project.plan else None
+    plan = project_plan(project)
     redirect = plan.completion.redirect_url if plan else None
     participant = sessions.participant_of(db, work)
     submit = None

@@ -11,6 +11,7 @@ from app.config import get_settings
 from app.db.models import Answer, ApiKey, Participant, Project
 from app.db.session import begin_write
 from app.errors import Conflict, NotFound
+from app.schemas.plans import Plan
 from app.schemas.projects import ProjectCreate, ProjectStats, ProjectUpdate
 
 
@@ -32,6 +33,11 @@ def lock_project(db: Session, project: Project) -> Project:
     begin_write(db)
     db.refresh(project, with_for_update=True)
     return project
+
+
+def project_plan(project: Project) -> Plan | None:
+    """The project's collection plan, or None before one is set."""
+    return Plan.model_validate(project.plan) if project.plan else None
 
 
 def list_projects(db: Session, key: ApiKey) -> list[Project]:

@@ -11,6 +11,7 @@ from app.db.models import Answer, Participant, Project
 from app.db.session import begin_write
 from app.errors import NotFound
 from app.schemas.plans import Plan, QualityThresholds
+from app.services.projects import project_plan
 
 
 @dataclass
@@ -83,7 +84,7 @@ def _figures(db: Session, project: Project, min_answer_ms: int, participant_id: 
 
 
 def list_quality(db: Session, project: Project) -> list[ParticipantQuality]:
-    plan = Plan.model_validate(project.plan) if project.plan else None
+    plan = project_plan(project)
     min_ms = plan.min_answer_ms if plan else 0
     return [quality for quality, _ in _figures(db, project, min_ms)]
 
@@ -141,6 +142,6 @@ def set_flag(
     participant.flag_manual = True
     participant.flag_reason = reason or ("flagged by a researcher" if flagged else "")
     db.commit()
-    plan = Plan.model_validate(project.plan) if project.plan else None
+    plan = project_plan(project)
     min_ms = plan.min_answer_ms if plan else 0
     return next(q for q, _ in _figures(db, project, min_ms, participant_id))

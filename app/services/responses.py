@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 from app.db.models import Answer, Project, Query, Question, WorkSession, utcnow
 from app.db.session import begin_write
 from app.errors import AppError, Conflict, Forbidden, InvalidInput, NotFound
-from app.schemas.plans import Plan
 from app.services.issuance import count_places, finish_session
+from app.services.projects import project_plan
 from app.services.quality import review_participant
 
 QUALITY_REVIEW_EVERY = 5
@@ -85,7 +85,7 @@ def record_answer(
         db.refresh(query)
         return _same_or_conflict(db, query, choice, work)
     if work.finished_at is not None or work.answered % QUALITY_REVIEW_EVERY == 0:
-        plan = Plan.model_validate(project.plan) if project.plan else None
+        plan = project_plan(project)
         if plan is not None:
             review_participant(db, project, work.participant_id, plan)
     db.commit()
