@@ -152,7 +152,9 @@ def neighbors(db: Session, model: Model, index: int, k: int) -> list[dict]:
     embedding distance."""
     require_kind(model, "kernel", "metricboost", "embedding")
     artifact = loaded(model)
-    n = len(_objects(db, model))
+    project = db.get(Project, model.project_id)
+    assert project is not None  # a foreign key guarantees it
+    n = project.n_objects
     check_indices([index], n)
     if not 1 <= k < n:
         raise InvalidInput(f"k must be between 1 and {n - 1}")

@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 
 from PIL import Image, UnidentifiedImageError
 from pydantic import ValidationError
-from sqlalchemy import func, insert, select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from app.config import get_settings
@@ -195,10 +195,3 @@ def get_object(db: Session, project: Project, index: int) -> Object:
     if obj is None:
         raise NotFound(f"project {project.slug!r} has no object {index}")
     return obj
-
-
-def count_objects(db: Session, project: Project) -> int:
-    return (
-        db.scalar(select(func.count()).select_from(Object).where(Object.project_id == project.id))
-        or 0
-    )

@@ -9,6 +9,7 @@ import secrets
 import uuid
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
@@ -135,7 +136,7 @@ def authenticate_session(db: Session, session_id: str, authorization: str | None
 def _secret(data_dir: str, configured: str) -> bytes:
     if configured:
         return configured.encode()
-    path = get_settings().data_dir / "secret.key"
+    path = Path(data_dir) / "secret.key"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(secrets.token_urlsafe(32))
