@@ -8,7 +8,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -22,9 +24,45 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@dataclass
+class Server:
+    """A running server; unpacks as ``(base, key, env)``, and names its process for CPU figures."""
+
+    base: str
+    key: str
+    env: dict[str, str]
+    process: subprocess.Popen
+
+    def __iter__(self) -> Iterator:
+        return iter((self.base, self.key, self.env))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` and all its descendants (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the process ended while we looked
+        child = int(stat.parent.name)
+        parents[child] = int(fields[1])
+        times[child] = (int(fields[11]) + int(fields[12])) / tick
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, ppid in parents.items():
+            if ppid == parent and child not in tree:
+                tree.add(child)
+                frontier.append(child)
+    return sum(times.get(p, 0.0) for p in tree)
+
+
 @contextmanager
-def running_server(database_url: str | None = None, **settings: str):  # type: ignore[no-untyped-def]
-    """Yield (base_url, admin_key, env) of a server on a fresh SQLite file (or ``database_url``)."""
+def running_server(database_url: str | None = None, **settings: str) -> Iterator[Server]:
+    """Yield the server (``base, key, env``) on a fresh SQLite file (or ``database_url``)."""
     with tempfile.TemporaryDirectory(prefix="tripletlab-bench-") as tmp:
         env = {
             **os.environ,
@@ -59,7 +97,7 @@ def running_server(database_url: str | None = None, **settings: str):  # type: i
                 for line in log.read_text().splitlines()
                 if line.strip().startswith("tl_")
             )
-            yield base, key, env
+            yield Server(base, key, env, process)
         finally:
             process.terminate()
             process.wait(timeout=30)
