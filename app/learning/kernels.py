@@ -421,3 +421,18 @@ class TripletKernel(BaseEstimator):
         if array.size and (array.min() < 0 or array.max() >= self.n_objects_):
             raise ValueError(f"{name} must be object indices in [0, {self.n_objects_})")
         return array
+
+
+# The kernel methods live in kernel_methods, which imports this module; resolving
+# them lazily lets ``from app.learning.kernels import KernelKMeans`` work without a cycle.
+_KERNEL_METHODS = frozenset(
+    {"KernelKMeans", "kernel_kmeans", "kernel_pca", "kernel_svm", "complete_linkage"}
+)
+
+
+def __getattr__(name: str) -> object:
+    if name in _KERNEL_METHODS:
+        from app.learning import kernel_methods
+
+        return getattr(kernel_methods, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -204,3 +204,12 @@ def test_complete_linkage_on_triplet_kernel() -> None:
     tk = k1_landmark_kernel(X, 10, 12_000, seed=12)
     labels = fcluster(complete_linkage(tk), 3, criterion="maxclust")
     assert adjusted_rand_score(y, labels) > 0.9
+
+
+def test_kernel_methods_import_from_kernels_too() -> None:
+    from app.learning import kernels
+
+    assert kernels.KernelKMeans is KernelKMeans
+    assert kernels.kernel_pca is kernel_methods.kernel_pca
+    with pytest.raises(AttributeError, match="no attribute 'KernelPCA'"):
+        kernels.KernelPCA  # noqa: B018
