@@ -9,6 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 from sklearn.metrics.pairwise import pairwise_distances
 
+from app.learning import _triplet_oracle_numba as _kernels
 from app.learning._triplet_data import (
     _CHUNK_DISTANCES,
     _PAIRED,
@@ -18,6 +19,14 @@ from app.learning._triplet_data import (
     _generator,
     _paired_distances,
 )
+
+# Metrics the compiled loop answers (by its ``kind``); euclidean is compared squared.
+_COMPILED = {
+    "euclidean": _kernels.SQEUCLIDEAN,
+    "sqeuclidean": _kernels.SQEUCLIDEAN,
+    "cityblock": _kernels.CITYBLOCK,
+    "chebyshev": _kernels.CHEBYSHEV,
+}
 
 # ---------------------------------------------------------------------------
 # Oracle answering arbitrary questions
@@ -54,7 +63,8 @@ class TripletOracle:
     def __init__(
         self, X: np.ndarray, metric: str, noise: float, persistent: bool, seed: int
     ) -> None:
-        self.X = X
+        self._kind = _COMPILED.get(_PAIRED.get(metric, ""), -1)
+        self.X = np.ascontiguousarray(X)  # the compiled loops read rows
         self.metric = metric
         self.noise = noise
         self.persistent = persistent
@@ -83,11 +93,27 @@ class TripletOracle:
         """Uniform [0, 1) numbers, one per unordered question, fixed by the seed."""
         lo = np.minimum(b, c).astype(np.uint64)
         hi = np.maximum(b, c).astype(np.uint64)
-        h = _splitmix64(self._seed ^ np.uint64(salt))
-        h = _splitmix64(h ^ a.astype(np.uint64))
-        h = _splitmix64(h ^ lo)
-        h = _splitmix64(h ^ hi)
+        with np.errstate(over="ignore"):  # wrapping uint64 arithmetic is the point
+            h = _splitmix64(self._seed ^ np.uint64(salt))
+            h = _splitmix64(h ^ a.astype(np.uint64))
+            h = _splitmix64(h ^ lo)
+            h = _splitmix64(h ^ hi)
         return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+    def _compare(
+        self, a: np.ndarray, b: np.ndarray, c: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``d(a, b) < d(a, c)`` per question, and the positions of exact ties."""
+        if self._kind >= 0 or self.metric == "precomputed":
+            closer = np.empty(a.size, dtype=bool)
+            ties = np.empty(a.size, dtype=np.intp)  # only its first n_ties entries are written
+            if self._kind >= 0:
+                n_ties = _kernels.compare_paired(self.X, a, b, c, self._kind, closer, ties)
+            else:
+                n_ties = _kernels.compare_precomputed(self.X, a, b, c, closer, ties)
+            return closer, ties[:n_ties]
+        d_b, d_c = self._paired(a, b), self._paired(a, c)
+        return d_b < d_c, np.flatnonzero(d_b == d_c)
 
     def __call__(self, anchors: ArrayLike, b: ArrayLike, c: ArrayLike) -> np.ndarray:
         a_, b_, c_ = (np.asarray(v) for v in (anchors, b, c))
@@ -97,22 +123,24 @@ class TripletOracle:
                 raise ValueError(f"{name} must hold integer object indices, got {value.dtype}")
             if value.size and (value.min() < 0 or value.max() >= self.n_objects):
                 raise ValueError(f"{name} holds an index out of range for {self.n_objects} objects")
-        a_, b_, c_ = (np.broadcast_to(v, shape).ravel().astype(np.intp) for v in (a_, b_, c_))
-        with np.errstate(over="ignore"):
-            d_b, d_c = self._paired(a_, b_), self._paired(a_, c_)
-            ties = d_b == d_c
-            closer = d_b < d_c
-            swapped = b_ > c_  # the hash is of the unordered pair: answer for (a, lo, hi)
-            if self.persistent:
-                if ties.any():
-                    closer[ties] = (self._coins(a_, b_, c_, 1)[ties] < 0.5) ^ swapped[ties]
-                if self.noise > 0.0:
-                    closer ^= self._coins(a_, b_, c_, 2) < self.noise
-            else:
-                if ties.any():
-                    closer[ties] = self._rng.random(int(ties.sum())) < 0.5
-                if self.noise > 0.0:
-                    closer ^= self._rng.random(closer.size) < self.noise
+        a_, b_, c_ = (
+            np.ascontiguousarray(np.broadcast_to(v, shape).ravel(), dtype=np.intp)
+            for v in (a_, b_, c_)
+        )
+        closer, ties = self._compare(a_, b_, c_)
+        # exact ties are rare: the coins (and the hash) are computed for them only
+        if self.persistent:
+            if ties.size:
+                at = (a_[ties], b_[ties], c_[ties])
+                # the hash is of the unordered pair: it answers for (a, lo, hi)
+                closer[ties] = (self._coins(*at, 1) < 0.5) ^ (at[1] > at[2])
+            if self.noise > 0.0:
+                closer ^= self._coins(a_, b_, c_, 2) < self.noise
+        else:
+            if ties.size:
+                closer[ties] = self._rng.random(ties.size) < 0.5
+            if self.noise > 0.0:
+                closer ^= self._rng.random(closer.size) < self.noise
         self.n_asks += closer.size
         return closer.reshape(shape)
 
@@ -132,9 +160,10 @@ def make_oracle(
         Features, or a distance matrix when ``metric="precomputed"``. No n×n
         matrix is built from features: distances are computed per question.
     metric : str, default="euclidean"
-        Any scikit-learn metric name, or ``"precomputed"``. Euclidean,
-        squared Euclidean, city-block, Chebyshev and cosine are computed
-        pairwise directly; other names by blocks of distance rows.
+        Any scikit-learn metric name, or ``"precomputed"``. Euclidean
+        (compared squared), squared Euclidean, city-block, Chebyshev and
+        precomputed answers come from one compiled loop per call; cosine is
+        computed pairwise with numpy; other names by blocks of distance rows.
     noise : float in [0, 1], default=0.0
         Probability that an answer is flipped.
     persistent : bool, default=False
