@@ -25,6 +25,10 @@ __all__ = ["MetricBoost"]
 
 Callback = Callable[[int, int], object]
 _CHUNK = 1 << 21  # entries of one (queries x index) block in neighbour searches
+# |α_t| at or below this is no edge: a weak model stuck at ε₊ ≈ ε₋ gives α_t that decay
+# geometrically to rounding noise, where an exact `== 0` test stops at a round that
+# depends on summation order (fit and fit_from_labels then disagree on n_estimators_)
+_NO_EDGE = 1e-10
 
 
 class MetricBoost(BaseEstimator):
@@ -57,7 +61,7 @@ class MetricBoost(BaseEstimator):
     ----------
     n_features_in_ : int
     n_estimators_ : int
-        Rounds kept; boosting stops early when a weak model has no edge (α_t = 0).
+        Rounds kept; boosting stops early when a weak model has no edge (|α_t| ≤ 1e-10).
     n_triplets_ : int
         Number of training triplets m (label-derived ones are counted, not built).
     directions_ : ndarray of shape (n_estimators_, n_features_in_)
@@ -105,8 +109,9 @@ class MetricBoost(BaseEstimator):
     - A triplet is satisfied when H(a, b) < H(a, c) strictly; ties are errors, as
       in Eq. (1). The binary H takes few distinct values, so ``kneighbors``,
       ``predict_knn`` and ``predict_triplets`` break its ties by the unthresholded
-      G(x, y) = Σ α_t p_t(x, y) / β_t, then by the lower index; ``score`` does not
-      break ties (it is the paper's measure). The normalized H ties by index only.
+      G(x, y) = Σ α_t p_t(x, y) / β_t (over the same rounds as H), then by the
+      lower index; ``score`` does not break ties (it is the paper's measure). The
+      normalized H ties by index only.
     - Features are used as given, and MetricBoost is not scale-invariant: on raw
       features the top eigenvector of matrix (8) follows the feature of largest
       variance (Wine's proline) and 20 rounds learn little more than the Euclidean
@@ -117,6 +122,20 @@ class MetricBoost(BaseEstimator):
     - Negative α_t (§3.2: λ < 0) are kept, as the paper does for comparing
       distances. M is then indefinite and H can be negative: ``pairwise_distances``
       still returns H, ``is_psd_`` is False and ``transform`` raises ``ValueError``.
+    - k-NN uses the metric part of H. §3.2 combines the similarity measures
+      (α_t < 0) with the distance measures "if the task is to compare the relative
+      distance between object pairs instead of forming a metric"; a k-NN search
+      needs the metric, so ``kneighbors`` and ``predict_knn`` use
+      H⁺ = Σ_{α_t > 0} α_t h_t (all rounds if no α_t is positive), while
+      ``pairwise_distances``, ``score`` and ``predict_triplets`` use the full H.
+      With the similarity terms the binary H(x, y) is negative, below
+      H(x, x) = 0, for objects beyond β_t along a similarity direction, and those
+      become the "nearest": on z-scored Breast Cancer the minimum of H over the
+      other training objects is negative for 99% of them, and 1-NN with the full
+      H is 5 points worse than with H⁺ (``bench/results/metricboost.txt``). In
+      practice only ``"binary"`` is affected: the normalized α_t (sign of λ,
+      Eq. (5)) were positive in every fold of the benchmark on Wine and Breast
+      Cancer.
 
     References
     ----------
@@ -245,7 +264,7 @@ class MetricBoost(BaseEstimator):
                 r = float(np.clip(lam / C2, -1.0 + 1e-12, 1.0 - 1e-12))  # Eq. (5)
                 alpha = 0.5 * np.log((1.0 + r) / (1.0 - r))  # option 3, minimiser of Eq. (4)
                 scale, cut = C2, np.nan
-            if not np.isfinite(alpha) or alpha == 0.0:
+            if not np.isfinite(alpha) or abs(alpha) <= _NO_EDGE:
                 break  # the weak model has no edge: AdaBoost stops
             Z = weights.update(z, alpha, scale, cut)  # Eq. (2)
             rounds.append((u, float(alpha), lam, Z, float(cut)))
@@ -337,7 +356,9 @@ class MetricBoost(BaseEstimator):
         -------
         closer : ndarray of shape (n_triplets,), dtype bool
             True where H(a, b) < H(a, c); ties in H are broken as in the class
-            Notes (binary: by G, then by index), the order ``kneighbors`` uses.
+            Notes (binary: by G, then by index). This is the full H, similarity
+            terms (α_t < 0) included, so it may disagree with ``kneighbors``,
+            which orders by the metric part H⁺ (class Notes).
         """
         check_is_fitted(self, "alphas_")
         Z = self._project(X)[0]
@@ -351,15 +372,17 @@ class MetricBoost(BaseEstimator):
         *,
         return_distance: bool = True,
     ):
-        """Nearest objects of X's rows among X_index's under H, ties broken.
+        """Nearest objects of X's rows among X_index's under H⁺, ties broken.
 
-        With ``X_index=None`` the neighbours of each row of X are searched among
-        the other rows of X (the row itself is excluded).
+        H⁺ = Σ_{α_t > 0} α_t h_t is the metric part of H (§3.2, class Notes): the
+        rounds with α_t < 0 compare distances but do not form a metric. With
+        ``X_index=None`` the neighbours of each row of X are searched among the
+        other rows of X (the row itself is excluded).
 
         Returns
         -------
         distances : ndarray of shape (n_queries, n_neighbors)
-            H to each neighbour, nearest first (only if ``return_distance``).
+            H⁺ to each neighbour, nearest first (only if ``return_distance``).
         indices : ndarray of shape (n_queries, n_neighbors)
             Rows of X_index (or X).
         """
@@ -369,7 +392,8 @@ class MetricBoost(BaseEstimator):
         if not isinstance(n_neighbors, Integral) or not 1 <= n_neighbors <= n_index:
             raise ValueError(f"n_neighbors must be an integer in [1, {n_index}], got {n_neighbors}")
         dist, ind = [], []
-        for _, order, H in self._orders(ZX, ZY, exclude_self=X_index is None):
+        rounds = self._metric_rounds()
+        for _, order, H in self._orders(ZX, ZY, rounds, exclude_self=X_index is None):
             top = order[:, :n_neighbors]
             ind.append(top)
             dist.append(np.take_along_axis(H, top, axis=1))
@@ -379,13 +403,14 @@ class MetricBoost(BaseEstimator):
     def predict_knn(
         self, X_train: ArrayLike, y_train: ArrayLike, X_query: ArrayLike, n_neighbors: int = 1
     ) -> np.ndarray:
-        """k-NN labels of X_query under H with scikit-learn's KNeighborsClassifier.
+        """k-NN labels of X_query under H⁺ with scikit-learn's KNeighborsClassifier.
 
+        The neighbours are those of :meth:`kneighbors`: by the metric part
+        H⁺ = Σ_{α_t > 0} α_t h_t of H (§3.2, class Notes), ties broken.
         ``KNeighborsClassifier(metric="precomputed")`` receives each query's rank
-        of every training object in the tie-broken order of the class Notes (ranks
-        are non-negative and distinct, so its choice of neighbours is exactly that
-        order even where H ties or is negative). A tied vote goes to the smallest
-        label, as in scikit-learn.
+        of every training object in that order (ranks are non-negative and
+        distinct, so its choice of neighbours is exactly that order even where H⁺
+        ties). A tied vote goes to the smallest label, as in scikit-learn.
 
         Returns
         -------
@@ -421,11 +446,18 @@ class MetricBoost(BaseEstimator):
         ZY = ZX if Y is None else self._check_x(Y, "Y") @ self.directions_.T
         return ZX, ZY
 
-    def _dissimilarity(self, ZX: np.ndarray, ZY: np.ndarray):
-        """H (and, for binary, the tie-break G) between projected rows."""
+    def _metric_rounds(self) -> np.ndarray:
+        """Rounds of the metric part H⁺ used by k-NN: α_t > 0 (§3.2), or all if none is."""
+        positive = np.flatnonzero(self.alphas_ > 0)
+        return positive if positive.size else np.arange(len(self.alphas_))
+
+    def _dissimilarity(self, ZX: np.ndarray, ZY: np.ndarray, rounds: np.ndarray | None = None):
+        """H (and, for binary, the tie-break G) between projected rows, summed over
+        ``rounds`` (default: all, the full H)."""
         H = np.zeros((ZX.shape[0], ZY.shape[0]))
         G = np.zeros_like(H) if self.weak_learner == "binary" else None
-        for t, alpha in enumerate(self.alphas_):
+        for t in range(len(self.alphas_)) if rounds is None else rounds:
+            alpha = self.alphas_[t]
             P = np.square(ZX[:, t, None] - ZY[None, :, t])
             if G is None:
                 H += alpha * P
@@ -456,11 +488,14 @@ class MetricBoost(BaseEstimator):
             out[sl] = closer
         return out
 
-    def _orders(self, ZX: np.ndarray, ZY: np.ndarray, *, exclude_self: bool = False):
-        """Yield (first row, tie-broken order of ZY's rows, H) for blocks of ZX's rows."""
+    def _orders(
+        self, ZX: np.ndarray, ZY: np.ndarray, rounds: np.ndarray, *, exclude_self: bool = False
+    ):
+        """Yield (first row, tie-broken order of ZY's rows, H over ``rounds``) for
+        blocks of ZX's rows."""
         step = max(1, _CHUNK // max(ZY.shape[0], 1))
         for start in range(0, ZX.shape[0], step):
-            H, G = self._dissimilarity(ZX[start : start + step], ZY)
+            H, G = self._dissimilarity(ZX[start : start + step], ZY, rounds)
             if exclude_self:
                 rows = np.arange(H.shape[0])
                 H[rows, start + rows] = np.inf
@@ -472,7 +507,7 @@ class MetricBoost(BaseEstimator):
     def _ranks(self, ZX: np.ndarray, ZY: np.ndarray) -> np.ndarray:
         ranks = np.empty((ZX.shape[0], ZY.shape[0]))
         arange = np.arange(ZY.shape[0], dtype=np.float64)
-        for start, order, _ in self._orders(ZX, ZY):
+        for start, order, _ in self._orders(ZX, ZY, self._metric_rounds()):
             block = ranks[start : start + order.shape[0]]
             np.put_along_axis(block, order, np.broadcast_to(arange, order.shape), axis=1)
         return ranks

@@ -308,3 +308,30 @@ def test_standardized_pipeline_with_triplets():
     assert pipe.score(X, triplets) > 0.9
     raw = MetricBoost(weak_learner="normalized").fit(X, triplets)
     assert raw.score(X, triplets) < pipe.score(X, triplets)
+
+
+def test_knn_uses_the_metric_part_of_h():
+    # Round 2 is a similarity measure (alpha < 0, Section 3.2): the full H puts B,
+    # far along feature 1, below H(q, q) = 0; the metric part H+ keeps A nearest.
+    model = MetricBoost(weak_learner="binary")
+    model.n_features_in_ = 2
+    model.directions_ = np.eye(2)
+    model.alphas_ = np.array([1.0, -0.5])
+    model.thresholds_ = np.array([1.0, 1.0])
+    query = np.array([[0.0, 0.0]])
+    index = np.array([[0.2, 3.0], [0.1, 0.0], [2.0, 0.0]])  # B, A, far on feature 0
+    np.testing.assert_array_equal(model.pairwise_distances(query, index), [[-0.5, 0, 1]])
+    dist, ind = model.kneighbors(query, index, n_neighbors=3)
+    np.testing.assert_array_equal(ind, [[1, 0, 2]])  # H+ ties A and B at 0; G+ says A
+    np.testing.assert_array_equal(dist, [[0, 0, 1]])
+    assert model.predict_knn(index, np.array([5, 6, 7]), query)[0] == 6
+    # triplet comparisons keep the full H: B is "closer" than A to the query
+    X = np.vstack([query, index])
+    np.testing.assert_array_equal(model.predict_triplets(X, [[0, 1, 2], [0, 2, 1]]), [True, False])
+    # a query is its own nearest neighbour under H+, though some alpha_t < 0
+    X, y = signal_data()
+    fitted = MetricBoost(weak_learner="binary").fit_from_labels(X, y)
+    assert (fitted.alphas_ < 0).any()
+    dist, ind = fitted.kneighbors(X, X, n_neighbors=1)
+    np.testing.assert_array_equal(ind[:, 0], np.arange(len(X)))
+    assert np.all(dist == 0)
