@@ -27,6 +27,8 @@ Then the scale study: ``SVMCompare(solver="primal")`` (Nystroem features +
 liblinear) against the exact dual on up to 10^5 training pairs.
 
 Run: ``nice -n 10 .venv/bin/python bench/svmcompare.py [--quick] [--delta gaussian]``
+(``--sizes``, ``--seeds`` and ``--norms`` run a part of the grid, e.g. one cell to time it;
+a cell's data depend only on its norm, N and seed, so parts agree with the full grid).
 """
 
 from __future__ import annotations
@@ -173,13 +175,13 @@ def summarise(results: list[dict], n_fits: int) -> None:
 
 def grid_study(args: argparse.Namespace) -> list[dict]:
     Ns = tuple(args.sizes) if args.sizes else (50, 100, 200, 400) if not args.quick else (50, 200)
-    seeds = (1, 2, 3, 4) if not args.quick else (1, 2)
+    seeds = tuple(args.seeds) if args.seeds else (1, 2, 3, 4) if not args.quick else (1, 2)
     n_grid = 10 if not args.quick else 5
     Cs = 10 ** np.linspace(-1, 5, n_grid)
     gammas = 2 ** np.linspace(-8, 4, n_grid)
     test_n = 10_000 if not args.quick else 2_000
     jobs = []
-    for norm in NORMS:
+    for norm in args.norms or NORMS:
         pool = simulate(norm, args.pool, args.delta, np.random.default_rng([1, len(norm)]))
         is_tie = pool["y"] == 0
         test_free = np.ones(args.pool, dtype=bool)
@@ -317,6 +319,8 @@ def main() -> None:
         "--summarise", action="store_true", help="read --cells instead of running the grid"
     )
     parser.add_argument("--sizes", type=int, nargs="+", help="training set sizes N")
+    parser.add_argument("--seeds", type=int, nargs="+", help="seeds of the grid study")
+    parser.add_argument("--norms", choices=tuple(NORMS), nargs="+", help="r(x) of the grid study")
     parser.add_argument("--no-scale", action="store_true", help="skip the scale study")
     parser.add_argument(
         "--exact-budget",
