@@ -165,10 +165,9 @@ async def create_answer(
 def _create_answer(
     db: Session, session_id: str, authorization: str | None, data: AnswerCreate
 ) -> AnswerRecorded:
-    work = sessions.authenticate_session(db, session_id, authorization)
-    project = db.get(Project, work.project_id)
-    assert project is not None
-    work = responses.record_answer(db, project, work, data.token, data.choice, data.client_ms)
+    work = responses.record_session_answer(
+        db, session_id, authorization, data.token, data.choice, data.client_ms
+    )
     return AnswerRecorded(
         answered=work.answered, total=work.total, done=work.finished_at is not None
     )

@@ -70,3 +70,19 @@ def begin_write(db: Session) -> None:
     if db.in_transaction():
         db.commit()
     db.connection(execution_options={"sqlite_immediate": True})
+    db.info["write_transaction"] = db.get_transaction()
+
+
+def writing(db: Session) -> bool:
+    """Whether ``db``'s current transaction was started by :func:`begin_write`."""
+    return db.in_transaction() and db.info.get("write_transaction") is db.get_transaction()
+
+
+def ensure_write(db: Session) -> None:
+    """:func:`begin_write`, unless the current transaction already is a writing one.
+
+    The worker's hot routes start writing before their first read, so that what they read
+    is current (on SQLite, read under the write lock) and no read transaction has to end.
+    """
+    if not writing(db):
+        begin_write(db)

@@ -136,25 +136,24 @@ def expire_leases(db: Session, project: Project, now: datetime) -> None:
         count_places(db, question_id, live=-count)
 
 
-# Built once: this runs twice per question a worker answers.
-_COUNT_PLACES = (
-    update(Question)
-    .where(Question.id == bindparam("question"))
+# Built once on the table (no ORM bookkeeping): this runs twice per question answered.
+_questions = Question.__table__
+_q = _questions.c
+COUNT_PLACES = (
+    update(_questions)
+    .where(_q.id == bindparam("question"))
     .values(
-        live=Question.live + bindparam("live"),
-        answered=Question.answered + bindparam("answered"),
-        is_open=Question.answered + bindparam("answered") + Question.live + bindparam("live")
-        < Question.wanted,
+        live=_q.live + bindparam("live"),
+        answered=_q.answered + bindparam("answered"),
+        is_open=_q.answered + bindparam("answered") + _q.live + bindparam("live") < _q.wanted,
     )
-    # Plain SQL: no search of the session's loaded objects for rows to synchronise.
-    .execution_options(synchronize_session=False)
 )
 
 
 def count_places(db: Session, question_id: int, *, live: int = 0, answered: int = 0) -> None:
     """Shift a question's leased and answered counts in SQL (atomic under concurrency) and
     keep ``is_open``: whether someone else may still be asked it."""
-    db.execute(_COUNT_PLACES, {"question": question_id, "live": live, "answered": answered})
+    db.execute(COUNT_PLACES, {"question": question_id, "live": live, "answered": answered})
 
 
 def _session_number(session_id: str) -> int:

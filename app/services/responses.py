@@ -3,28 +3,59 @@
 from __future__ import annotations
 
 import math
+from datetime import datetime
+from typing import Any
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from app.db.models import Answer, Project, Query, Question, WorkSession, utcnow
-from app.db.session import begin_write
+from app.db.session import ensure_write
 from app.errors import AppError, Conflict, Forbidden, InvalidInput, NotFound
-from app.services.issuance import count_places, finish_session
+from app.services.issuance import COUNT_PLACES, finish_session
 from app.services.projects import project_plan
 from app.services.quality import review_participant
+from app.services.sessions import authenticate_session
 
 QUALITY_REVIEW_EVERY = 5
 MAX_CLIENT_MS = 24 * 3600 * 1000
 
 
-# Built once (hot path): mark a query answered unless another request did first.
+_answers = Answer.__table__
+_questions = Question.__table__
+_sessions = WorkSession.__table__
+
+# Built once (hot path): Core statements on the tables, so running them costs no ORM
+# bookkeeping (profiled: the unit of work's flush cost more than the INSERT itself).
+# Mark a query answered unless another request did first.
 _CLAIM = (
-    update(Query)
+    update(Query.__table__)
     .where(Query.id == bindparam("query"), Query.status == "issued")
     .values(status="answered", answered_at=bindparam("now"))
-    .execution_options(synchronize_session=False)
+)
+_QUESTION_FACTS = select(_questions.c.strategy, _questions.c.gold_choice).where(
+    _questions.c.id == bindparam("question")
+)
+# One place among the question's wanted answers goes from leased to answered.
+_COUNT_ANSWERED_PLACE = COUNT_PLACES.returning(_questions.c.strategy, _questions.c.gold_choice)
+_INSERT_ANSWER = insert(_answers)
+# In SQL, so two answers of one session racing on PostgreSQL cannot lose a count.
+_COUNT_SESSION_ANSWER = (
+    update(_sessions)
+    .where(_sessions.c.id == bindparam("session"))
+    .values(answered=_sessions.c.answered + 1)
+    .returning(_sessions.c.answered)
+)
+_FIRST_ANSWER = (
+    select(_answers.c.a, _answers.c.b, _answers.c.outcome)
+    .join(Query, Query.id == _answers.c.query_id)
+    .where(
+        Query.session_id == bindparam("session"),
+        Query.question_id == bindparam("question"),
+        ~Query.is_repeat,
+    )
 )
 
 
@@ -32,15 +63,35 @@ class Gone(AppError):
     status_code = 410
 
 
+def record_session_answer(
+    db: Session,
+    session_id: str,
+    authorization: str | None,
+    token: str,
+    choice: int,
+    client_ms: float | None,
+) -> WorkSession:
+    """Authenticate the session and record its answer, in one writing transaction.
+
+    An answer always writes, so the transaction takes the write lock before its first read:
+    what it reads is current, and no read transaction has to end first.
+    """
+    ensure_write(db)
+    work = authenticate_session(db, session_id, authorization)
+    return record_answer(db, work, token, choice, client_ms)
+
+
 def record_answer(
     db: Session,
-    project: Project,
     work: WorkSession,
     token: str,
     choice: int,
     client_ms: float | None,
 ) -> WorkSession:
-    """Store the answer to the query ``token``; a repeat of the same answer stores nothing."""
+    """Store the answer to the query ``token``; a repeat of the same answer stores nothing.
+
+    The answer is committed before this returns.
+    """
     if client_ms is not None and (
         not math.isfinite(client_ms) or not 0 <= client_ms <= MAX_CLIENT_MS
     ):
@@ -56,7 +107,7 @@ def record_answer(
         raise Gone("this question's lease expired; ask for the next question")
     position = _position(query, choice)
 
-    begin_write(db)
+    ensure_write(db)
     now = utcnow()
     claimed = db.execute(_CLAIM, {"query": query.id, "now": now}).rowcount
     if not claimed:
@@ -67,24 +118,29 @@ def record_answer(
             return _same_or_conflict(db, query, choice, work)
         raise Gone("this question's lease expired; ask for the next question")
 
-    question = db.get(Question, query.question_id)
-    assert question is not None
-    answer = _answer_row(project, work, query, question, choice, position, client_ms, now)
-    if query.is_repeat:
-        answer.consistent = _agrees_with_first_answer(db, work, query, answer)
+    if query.is_repeat:  # a repeat never held a place among the question's wanted answers
+        strategy, gold_choice = db.execute(_QUESTION_FACTS, {"question": query.question_id}).one()
     else:
-        count_places(db, question.id, live=-1, answered=1)
-    db.add(answer)
-    work.answered += 1
-    if work.answered >= work.total:
-        finish_session(db, work)
+        strategy, gold_choice = db.execute(
+            _COUNT_ANSWERED_PLACE, {"question": query.question_id, "live": -1, "answered": 1}
+        ).one()
+    answer = _answer_values(work, query, strategy, gold_choice, choice, position, client_ms, now)
+    if query.is_repeat:
+        answer["consistent"] = _agrees_with_first_answer(db, work, query, answer)
     try:
-        db.flush()
+        db.execute(_INSERT_ANSWER, answer)
     except IntegrityError:
         db.rollback()
         db.refresh(query)
         return _same_or_conflict(db, query, choice, work)
+    answered = db.execute(_COUNT_SESSION_ANSWER, {"session": work.id}).scalar_one()
+    set_committed_value(work, "answered", answered)
+    if work.answered >= work.total:
+        finish_session(db, work)
     if work.finished_at is not None or work.answered % QUALITY_REVIEW_EVERY == 0:
+        # Only now is the project read: most answers need nothing from it.
+        project = db.get(Project, work.project_id)
+        assert project is not None  # a foreign key guarantees it
         plan = project_plan(project)
         if plan is not None:
             review_participant(db, project, work.participant_id, plan)
@@ -110,59 +166,54 @@ def _position(query: Query, choice: int) -> int:
     return choice
 
 
-def _answer_row(
-    project: Project,
+def _answer_values(
     work: WorkSession,
     query: Query,
-    question: Question,
+    strategy: str,
+    gold_choice: int | None,
     choice: int,
     position: int,
     client_ms: float | None,
-    now,  # type: ignore[no-untyped-def]
-) -> Answer:
+    now: datetime,
+) -> dict[str, Any]:
     if query.kind == "triplet":
         other = query.o3 if choice == query.o2 else query.o2
         a, b, c, outcome = query.o1, choice, other, None
     else:
         a, b, c, outcome = query.o1, query.o2, None, choice
-    return Answer(
-        project_id=project.id,
-        query_id=query.id,
-        kind=query.kind,
-        a=a,
-        b=b,
-        c=c,
-        outcome=outcome,
-        position=position,
-        choice=choice,
-        source=work.source,
-        strategy=question.strategy,
-        gold_correct=None if question.gold_choice is None else choice == question.gold_choice,
-        session_id=work.id,
-        participant_id=work.participant_id,
-        server_ms=(now - query.issued_at).total_seconds() * 1000,
-        client_ms=client_ms,
-        created_at=now,
-    )
+    return {
+        "project_id": work.project_id,
+        "query_id": query.id,
+        "kind": query.kind,
+        "a": a,
+        "b": b,
+        "c": c,
+        "outcome": outcome,
+        "position": position,
+        "choice": choice,
+        "source": work.source,
+        "strategy": strategy,
+        "gold_correct": None if gold_choice is None else choice == gold_choice,
+        "consistent": None,
+        "session_id": work.id,
+        "participant_id": work.participant_id,
+        "server_ms": (now - query.issued_at).total_seconds() * 1000,
+        "client_ms": client_ms,
+        "created_at": now,
+    }
 
 
 def _agrees_with_first_answer(
-    db: Session, work: WorkSession, query: Query, answer: Answer
+    db: Session, work: WorkSession, query: Query, answer: dict[str, Any]
 ) -> bool | None:
-    first = db.scalar(
-        select(Answer)
-        .join(Query, Query.id == Answer.query_id)
-        .where(
-            Query.session_id == work.id, Query.question_id == query.question_id, ~Query.is_repeat
-        )
-    )
+    first = db.execute(_FIRST_ANSWER, {"session": work.id, "question": query.question_id}).first()
     if first is None:
         return None
     if query.kind == "triplet":
-        return first.b == answer.b
+        return first.b == answer["b"]
     # Pairs: the same verdict about the same two objects, whichever side they were shown on.
-    first_verdict = first.outcome if first.a == answer.a else -first.outcome
-    return first_verdict == answer.outcome
+    first_verdict = first.outcome if first.a == answer["a"] else -first.outcome
+    return first_verdict == answer["outcome"]
 
 
 def _same_or_conflict(db: Session, query: Query, choice: int, work: WorkSession) -> WorkSession:
