@@ -20,6 +20,7 @@ from numpy.typing import ArrayLike
 
 from app.learning._triplet_oracle import TripletOracle, make_oracle
 from app.learning._triplet_sampling import make_landmark_triplets, make_random_triplets
+from app.learning._triplets_numba import scan_triplets
 
 __all__ = [
     "TripletOracle",
@@ -70,23 +71,23 @@ def check_triplets(triplets: ArrayLike, n_objects: int | None = None) -> np.ndar
     ):
         raise ValueError("triplets must hold integer object indices, got non-integer values")
     array = np.ascontiguousarray(array, dtype=np.intp)
-    if array.size and array.min() < 0:
+    # One compiled pass finds what the checks below need; numpy only looks for
+    # the offending row once a check has failed.
+    smallest, largest, first_repeat = scan_triplets(array)
+    if array.size and smallest < 0:
         row = int(np.argmax((array < 0).any(axis=1)))
         raise ValueError(f"triplets hold a negative index in row {row}: {array[row].tolist()}")
     if n_objects is not None:
         if n_objects < 0:
             raise ValueError(f"n_objects must be non-negative, got {n_objects}")
-        if array.size and array.max() >= n_objects:
+        if array.size and largest >= n_objects:
             row = int(np.argmax((array >= n_objects).any(axis=1)))
             raise ValueError(
                 f"triplets hold an index out of range for {n_objects} objects in row {row}: "
                 f"{array[row].tolist()}"
             )
-    repeated = (
-        (array[:, 0] == array[:, 1]) | (array[:, 0] == array[:, 2]) | (array[:, 1] == array[:, 2])
-    )
-    if repeated.any():
-        row = int(np.argmax(repeated))
+    if first_repeat >= 0:
+        row = first_repeat
         raise ValueError(
             f"triplets repeat an object within row {row}: {array[row].tolist()}; "
             "anchor, near and far must be three distinct objects"
