@@ -21,75 +21,80 @@ def index_dense(triplets, position, label, n_objects):  # pragma: no cover (comp
     references' labels differ. Repeats and contradictions of one (anchor,
     pair) are merged into their majority; a tie drops the entry. Returns
     (anchors, near_lo, indptr, pair_keys) with the entries of
-    ``pair_keys[p] = lo * n_objects + hi`` at ``indptr[p]:indptr[p + 1]``.
+    ``pair_keys[p] = lo * n_objects + hi`` at ``indptr[p]:indptr[p + 1]``,
+    in the order of ``triplets`` within a pair.
+
+    Needs ``n_objects ** 2 < 2 ** 31`` and fewer than 2 ** 31 triplets: keys,
+    counts and entries are int32, which halves the memory traffic of the
+    random accesses that dominate (bench/tripletboost_speed.py).
     """
     m = triplets.shape[0]
     n_keys = n_objects * n_objects
-    counts = np.zeros(n_keys, dtype=np.int32)  # small: stays in cache longer
-    keys = np.empty(m, dtype=np.int64)  # pass 1 compacts the usable triplets
-    anchor_in = np.empty(m, dtype=np.int32)
-    vote_in = np.empty(m, dtype=np.int8)
+    # Pass 1 compacts the usable triplets into (pair key, 2 * anchor + upper),
+    # upper = 1 when the anchor is in the higher reference's half. It writes
+    # every row and advances only over usable ones: branch-free, since the
+    # labels of random references differ about half the time.
+    counts = np.zeros(n_keys + 1, dtype=np.int32)  # 4 bytes a key: stays in cache longer
+    keys = np.empty(m, dtype=np.int32)
+    entry_in = np.empty(m, dtype=np.int32)
     used = 0
     for t in range(m):
         a, b, c = triplets[t, 0], triplets[t, 1], triplets[t, 2]
-        if position[a] < 0 or label[b] < 0 or label[c] < 0 or label[b] == label[c]:
-            continue
+        at, lb, lc = position[a], label[b], label[c]
+        usable = (at >= 0) & (lb >= 0) & (lc >= 0) & (lb != lc)
         key = min(b, c) * n_objects + max(b, c)
-        counts[key] += 1
         keys[used] = key
-        anchor_in[used] = position[a]
-        vote_in[used] = 1 if b < c else -1  # +1: anchor in the lower reference's half
-        used += 1
-    offsets = np.empty(n_keys + 1, dtype=np.int64)
-    offsets[0] = 0
+        entry_in[used] = 2 * at + (b > c)
+        counts[key + 1] += usable
+        used += usable
+    # counts[key] becomes the start of key's entries, then the scatter below
+    # moves it to their end, i.e. the start of key + 1.
     for key in range(n_keys):
-        offsets[key + 1] = offsets[key] + counts[key]
-    fill = offsets[:-1].copy()
-    anchor = np.empty(used, dtype=np.int32)
-    vote = np.empty(used, dtype=np.int32)
+        counts[key + 1] += counts[key]
+    entry = np.empty(used, dtype=np.int32)
     for t in range(used):
-        at = fill[keys[t]]
-        fill[keys[t]] += 1
-        anchor[at] = anchor_in[t]
-        vote[at] = vote_in[t]
-    # Merge repeated anchors within each pair, compacting in place.
-    n_train = position.max() + 1
-    stamp = np.full(max(n_train, 1), -1, dtype=np.int64)
-    slot = np.zeros(max(n_train, 1), dtype=np.int64)
-    n_pairs = 0
+        key = keys[t]
+        entry[counts[key]] = entry_in[t]
+        counts[key] += 1
+    # Merge repeated anchors within each pair (net vote for the lower
+    # reference), compacting in place; a zero net vote drops the entry.
+    n_train = max(position.max() + 1, 1)
+    stamp = np.full(n_train, -1, dtype=np.int32)
+    slot = np.zeros(n_train, dtype=np.int32)
+    anchor = np.empty(used, dtype=np.int64)
+    net = np.empty(used, dtype=np.int32)
+    pair_keys = np.empty(n_keys, dtype=np.int64)  # untouched pages cost nothing
+    indptr = np.zeros(n_keys + 1, dtype=np.int64)
+    write, p, start = 0, 0, 0
     for key in range(n_keys):
-        if counts[key] > 0:
-            n_pairs += 1
-    pair_keys = np.empty(n_pairs, dtype=np.int64)
-    indptr = np.zeros(n_pairs + 1, dtype=np.int64)
-    write, p = 0, 0
-    for key in range(n_keys):
-        start, stop = offsets[key], offsets[key + 1]
+        stop = counts[key]
         if start == stop:
             continue
         first = write
         for i in range(start, stop):
-            a = anchor[i]
+            a = entry[i] >> 1
+            vote = 1 - 2 * (entry[i] & 1)
             if stamp[a] != key:
                 stamp[a] = key
                 slot[a] = write
                 anchor[write] = a
-                vote[write] = vote[i]
+                net[write] = vote
                 write += 1
             else:
-                vote[slot[a]] += vote[i]
+                net[slot[a]] += vote
+        start = stop
         kept = first
         for i in range(first, write):
-            if vote[i] != 0:
+            if net[i] != 0:
                 anchor[kept] = anchor[i]
-                vote[kept] = vote[i]
+                net[kept] = net[i]
                 kept += 1
         write = kept
         if kept > first:
             pair_keys[p] = key
             indptr[p + 1] = kept
             p += 1
-    return anchor[:write].astype(np.int64), vote[:write] > 0, indptr[: p + 1], pair_keys[:p]
+    return anchor[:write], net[:write] > 0, indptr[: p + 1].copy(), pair_keys[:p].copy()
 
 
 @njit(cache=True)
