@@ -13,7 +13,9 @@ training fold); metric-learn's ITML, LMNN and SCML (``ITML_Supervised``, ``LMNN`
 Triplet columns: "Eq.1" counts a triplet satisfied when H(i, j) < H(i, k) strictly
 (ties are errors, as in Eq. (1) of the paper); "ties" is the fraction with
 H(i, j) == H(i, k) (the binary H takes few values); "tie-broken" breaks them as
-MetricBoost.predict_triplets does. 1-NN for MetricBoost is MetricBoost.predict_knn.
+MetricBoost.predict_triplets does. 1-NN for MetricBoost is MetricBoost.predict_knn,
+which ranks by the metric part H+ = sum of the alpha_t > 0 rounds (class Notes);
+"1-NN full H" ranks by the full H (alpha_t < 0 rounds too), as predict_knn did before.
 
 metric-learn 0.7.0 fails on scikit-learn >= 1.8, so its part runs in its own venv
 as a subprocess of this script (``--worker``), receiving the fold indices as JSON
@@ -243,13 +245,16 @@ def metricboost_rows(name: str, folds: list, seed: int) -> dict:
                     acc = float(
                         np.mean(model.predict_knn(Xp[train], y[train], Xp[test]) == y[test])
                     )
+                    acc_full = full_h_knn_accuracy(model, Xp[train], y[train], Xp[test], y[test])
                     out.setdefault(f"{name}|{wl}/{data}|{prep}", []).append(
                         {
                             "acc": acc,
+                            "acc_full": acc_full,
                             "trip": strict,
                             "tied": tied,
                             "broken": broken,
                             "fit": fit,
+                            **training_loo(model, Xp[train], y[train]),
                             "rounds": model.n_estimators_,
                             "m": model.n_triplets_,
                         }
@@ -257,11 +262,42 @@ def metricboost_rows(name: str, folds: list, seed: int) -> dict:
     return out
 
 
+def full_h_knn_accuracy(model, X_train, y_train, X_test, y_test) -> float:
+    """1-NN accuracy under the full H, similarity rounds (alpha_t < 0) included, ties
+    broken by G then index: what ``predict_knn`` did before it used the metric part H+."""
+    H, G = model._dissimilarity(X_test @ model.directions_.T, X_train @ model.directions_.T)
+    return float(np.mean(y_train[nearest_by(H, G)] == y_test))
+
+
+def training_loo(model, X_train, y_train) -> dict:
+    """Training fold only: leave-one-out 1-NN under H+ (``kneighbors``) and under the
+    full H, and the fraction of objects whose smallest full H to another is < 0."""
+    ind = model.kneighbors(X_train, n_neighbors=1, return_distance=False)[:, 0]
+    Z = X_train @ model.directions_.T
+    H, G = model._dissimilarity(Z, Z)
+    np.fill_diagonal(H, np.inf)
+    if G is not None:
+        np.fill_diagonal(G, np.inf)
+    return {
+        "loo": float(np.mean(y_train[ind] == y_train)),
+        "loo_full": float(np.mean(y_train[nearest_by(H, G)] == y_train)),
+        "neg_min": float(np.mean(H.min(axis=1) < 0)),
+    }
+
+
+def nearest_by(H: np.ndarray, G: np.ndarray | None) -> np.ndarray:
+    if G is None:
+        return np.argmin(H, axis=1)  # first index among ties, as a stable sort
+    return np.array([np.lexsort((G[i], H[i]))[0] for i in range(len(H))])
+
+
 def full_fit_time(repeats: int = 5) -> list[str]:
-    """fit_from_labels on all of Breast Cancer (569 objects), both variants."""
+    """fit_from_labels on all of Breast Cancer (569 objects), both variants, z-scored
+    features (on raw ones binary boosting finds no edge after ~4 rounds and stops)."""
     from app.learning.metricboost import MetricBoost
 
     X, y = load("breast_cancer")
+    X = StandardScaler().fit_transform(X)
     lines = []
     for wl in ("binary", "normalized"):
         times = []
@@ -270,7 +306,7 @@ def full_fit_time(repeats: int = 5) -> list[str]:
             model = MetricBoost(weak_learner=wl).fit_from_labels(X, y)
             times.append(time.perf_counter() - start)
         lines.append(
-            f"fit_from_labels, all {len(y)} Breast Cancer objects, {wl}: "
+            f"fit_from_labels, all {len(y)} Breast Cancer objects (z-scored), {wl}: "
             f"{model.n_triplets_:,} label-derived triplets, {model.n_estimators_} rounds, "
             f"{np.mean(times):.3f} ± {np.std(times):.3f} s (min {np.min(times):.3f}) "
             f"over {repeats} fits"
@@ -288,7 +324,7 @@ def print_table(name: str, results: dict) -> None:
     print(f"\n## {name}  (mean ± sd over folds x repeats; % except fit time)\n")
     head = (
         f"{'method':<18}{'prep':<7}{'triplets (Eq.1)':>16}{'ties':>13}{'tie-broken':>14}"
-        f"{'1-NN acc':>15}{'fit s':>16}   paper: triplets / 1-NN"
+        f"{'1-NN acc':>15}{'1-NN full H':>14}{'fit s':>16}   paper: triplets / 1-NN"
     )
     print(head)
     print("-" * len(head))
@@ -304,11 +340,24 @@ def print_table(name: str, results: dict) -> None:
             tied = fmt([r["tied"] for r in rows])
             broken = fmt([r.get("broken", r["trip"]) for r in rows])
             paper = " / ".join(PAPER[name].get(method, ("", "")))
+            full = fmt([r["acc_full"] for r in rows]) if "acc_full" in rows[0] else "-"
             print(
                 f"{method:<18}{prep:<7}{fmt([r['trip'] for r in rows]):>16}{tied:>13}"
-                f"{broken:>14}{fmt([r['acc'] for r in rows]):>15}"
+                f"{broken:>14}{fmt([r['acc'] for r in rows]):>15}{full:>14}"
                 f"{fmt([r['fit'] for r in rows], 1.0, 3):>16}   {paper}"
             )
+    print(
+        "\ntraining folds only, leave-one-out 1-NN under H+ / under the full H, and share of"
+        " objects whose smallest full H to another object is < 0 (= H(x, x) > min):"
+    )
+    for method in [m for m in methods if "/" in m]:
+        for prep in PREPS:
+            rows = results.get(f"{name}|{method}|{prep}")
+            if rows:
+                print(
+                    f"  {method:<16}{prep:<7}{fmt([r['loo'] for r in rows]):>13} / "
+                    f"{fmt([r['loo_full'] for r in rows])}   {fmt([r['neg_min'] for r in rows])}"
+                )
     extra = results.get(f"{name}|binary/all|raw")
     if extra:
         print(
@@ -327,12 +376,19 @@ def main() -> None:
         "--ml-repeats", type=int, default=1, help="of those, how many metric-learn also runs"
     )
     parser.add_argument("--no-metric-learn", action="store_true", help="skip ITML/LMNN/SCML")
+    parser.add_argument(
+        "--fit-time-only", action="store_true", help="only the full Breast Cancer fit times"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker()
         return
     limit_blas_threads()
+    if args.fit_time_only:
+        for line in full_fit_time(5):
+            print(line)
+        return
     from sklearn.model_selection import StratifiedKFold
 
     repeats = 1 if args.quick else args.repeats
