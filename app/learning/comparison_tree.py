@@ -29,105 +29,30 @@ array bookkeeping, and each tree comes out exactly as if built alone.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from app.learning._comparison_router import ComparisonTreeRouter
+from app.learning._comparison_tree_base import (
+    _FORMAT,
+    _MASK64,
+    LEAF,
+    OPEN,
+    SPLIT,
+    Oracle,
+    _check_answers,
+    _check_int,
+    _check_queries,
+    _child_keys,
+    _segment_positions,
+    _splitmix64,
+    _uniform,
+    _VoteMachine,
+)
+
 __all__ = ["ComparisonTreeBuilder", "ComparisonTreeRouter", "drive"]
-
-Oracle = Callable[[np.ndarray, np.ndarray, np.ndarray], ArrayLike]
-
-OPEN, SPLIT, LEAF = 0, 1, 2
-_FORMAT = 1
-_MASK64 = (1 << 64) - 1
-
-
-def _splitmix64(z: np.ndarray) -> np.ndarray:
-    """Vectorised splitmix64 finaliser on a uint64 array (wrapping arithmetic)."""
-    with np.errstate(over="ignore"):
-        z = z + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-def _uniform(keys: np.ndarray, stream: int) -> np.ndarray:
-    """A uniform draw in [0, 1) per node key, independent per ``stream``."""
-    bits = _splitmix64(keys ^ np.uint64(stream * 0xD1B54A32D192ED03 & _MASK64))
-    return (bits >> np.uint64(11)).astype(np.float64) * 2.0**-53
-
-
-def _child_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    with np.errstate(over="ignore"):
-        doubled = keys * np.uint64(2)
-    return _splitmix64(doubled), _splitmix64(doubled + np.uint64(1))
-
-
-def _segment_positions(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate ``range(s, e)`` over segments; also return each entry's segment number."""
-    lengths = (ends - starts).astype(np.intp)
-    seg = np.repeat(np.arange(len(starts), dtype=np.intp), lengths)
-    offsets = np.cumsum(lengths) - lengths
-    pos = np.arange(lengths.sum(), dtype=np.intp) - offsets[seg] + starts[seg]
-    return pos, seg
-
-
-def _check_answers(answers: ArrayLike, m: int, what: str = "answers") -> np.ndarray:
-    arr = np.asarray(answers)
-    if arr.shape != (m,):
-        raise ValueError(f"{what} must have shape ({m},), got shape {arr.shape}")
-    if arr.dtype.kind == "b":
-        return arr
-    if arr.dtype.kind in "iuf" and np.all((arr == 0) | (arr == 1)):
-        return arr.astype(bool)
-    raise ValueError(f"{what} must be booleans (True where closer to p1), got dtype {arr.dtype}")
-
-
-def _check_queries(queries: ArrayLike) -> np.ndarray:
-    arr = np.asarray(queries)
-    if arr.ndim != 2 or arr.shape[1] != 3:
-        raise ValueError(f"queries must have shape (n_queries, 3), got shape {arr.shape}")
-    if arr.size and (arr.dtype.kind not in "iu" or arr.min() < 0):
-        raise ValueError("queries must hold non-negative integer object indices")
-    return arr.astype(np.intp, copy=False)
-
-
-def _check_int(value: Any, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
-class _VoteMachine:
-    """Shared vote bookkeeping: per slot, answers asked and answers "closer to p1"."""
-
-    redundancy: int
-    n_queries_: int
-    n_asks_: int
-    _asked: np.ndarray
-    _p1: np.ndarray
-
-    def _decided(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        asked, p1 = self._asked[slots], self._p1[slots]
-        decided = (asked >= self.redundancy) & (2 * p1 != asked)
-        return decided, 2 * p1 > asked
-
-    def _add_votes(self, slots: np.ndarray, answers: np.ndarray, unique: bool = False) -> None:
-        if unique:  # each slot once: plain fancy indexing
-            self.n_queries_ += int(np.count_nonzero(self._asked[slots] == 0))
-            self.n_asks_ += len(slots)
-            self._asked[slots] += 1
-            self._p1[slots] += answers
-            return
-        size = len(self._asked)
-        new = np.bincount(slots, minlength=size)
-        yes = np.bincount(slots, weights=answers, minlength=size).astype(np.int64)
-        self.n_queries_ += int(np.count_nonzero((self._asked == 0) & (new > 0)))
-        self.n_asks_ += len(slots)
-        self._asked += new
-        self._p1 += yes
 
 
 class ComparisonTreeBuilder(_VoteMachine):
@@ -596,173 +521,6 @@ class ComparisonTreeBuilder(_VoteMachine):
         except (KeyError, TypeError) as error:
             raise ValueError(f"incomplete ComparisonTreeBuilder state: {error!r}") from error
         self._reindex()
-        return self
-
-
-class ComparisonTreeRouter(_VoteMachine):
-    """Routes objects down a complete comparison tree with triplet questions.
-
-    Line 5 of Algorithm 2 of Haghiri, Garreau & von Luxburg (2018): at each
-    internal node the object is asked "closer to pivot1 or pivot2?" and moves to
-    the left or right child. An object that is itself a pivot of a node moves to
-    its own side without a question.
-
-    Parameters
-    ----------
-    tree : ComparisonTreeBuilder
-        A complete tree.
-    objects : array-like of int, shape (k,)
-        Distinct objects to route.
-    redundancy : int, default=1
-        Answers per question, combined by majority; ties ask again.
-
-    Attributes
-    ----------
-    node : ndarray of shape (k,)
-        Current node of each object; a leaf once :attr:`is_complete`.
-    n_queries_, n_asks_ : int
-        Distinct questions answered and answers recorded.
-    """
-
-    def __init__(
-        self, tree: ComparisonTreeBuilder, objects: ArrayLike, redundancy: int = 1
-    ) -> None:
-        if not tree.is_complete:
-            raise ValueError("the tree is still being built; route objects once it is complete")
-        objects = np.asarray(objects)
-        if (
-            objects.ndim != 1
-            or objects.dtype.kind not in "iu"
-            or (objects.size and objects.min() < 0)
-        ):
-            raise ValueError("objects must be a 1-D array of non-negative integer indices")
-        ranked = np.sort(objects)
-        if np.any(ranked[1:] == ranked[:-1]):
-            raise ValueError("objects must be distinct")
-        self.tree = tree
-        self.redundancy = _check_int(redundancy, "redundancy", 1)
-        self.objects = objects.astype(np.int64)
-        self.node = np.zeros(len(objects), dtype=np.int64)
-        self._asked = np.zeros(len(objects), dtype=np.int64)
-        self._p1 = np.zeros(len(objects), dtype=np.int64)
-        self.n_queries_ = 0
-        self.n_asks_ = 0
-        self._advance_pivots(np.arange(len(objects)))
-
-    @property
-    def is_complete(self) -> bool:
-        return not np.any(self.tree.state[self.node] == SPLIT)
-
-    @classmethod
-    def _batch(
-        cls, trees: list[ComparisonTreeBuilder], objects: np.ndarray, redundancy: int
-    ) -> tuple[ComparisonTreeRouter, np.ndarray]:
-        """Route ``objects`` down several trees at once: one oracle call per level.
-
-        Returns the router (slot ``t * len(objects) + i`` is object i in tree t,
-        answers by slot only) and each tree's node offset in the merged table.
-        """
-        n_nodes = np.array([t.n_nodes for t in trees], dtype=np.int64)
-        offsets = np.cumsum(n_nodes) - n_nodes
-        table = ComparisonTreeBuilder.__new__(ComparisonTreeBuilder)
-        table.state = np.concatenate([t.state for t in trees])
-        table.child = np.concatenate(
-            [np.where(t.child >= 0, t.child + o, -1) for t, o in zip(trees, offsets, strict=True)]
-        )
-        table.pivot1 = np.concatenate([t.pivot1 for t in trees])
-        table.pivot2 = np.concatenate([t.pivot2 for t in trees])
-        self = cls.__new__(cls)
-        k = len(objects) * len(trees)
-        self.tree, self.redundancy = table, _check_int(redundancy, "redundancy", 1)
-        self.objects = np.tile(np.asarray(objects, dtype=np.int64), len(trees))
-        self.node = np.repeat(offsets, len(objects))
-        self._asked = np.zeros(k, dtype=np.int64)
-        self._p1 = np.zeros(k, dtype=np.int64)
-        self.n_queries_ = self.n_asks_ = 0
-        self._advance_pivots(np.arange(k))
-        return self, offsets
-
-    def _advance_pivots(self, slots: np.ndarray) -> None:
-        """Move objects that are a pivot of their node to that side, without asking."""
-        t = self.tree
-        while len(slots):
-            node = self.node[slots]
-            internal = t.state[node] == SPLIT
-            is_p1 = internal & (t.pivot1[node] == self.objects[slots])
-            is_p2 = internal & (t.pivot2[node] == self.objects[slots])
-            move = is_p1 | is_p2
-            slots = slots[move]
-            self.node[slots] = t.child[node[move]] + is_p2[move]
-
-    def _pending(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        t = self.tree
-        slots = np.flatnonzero(t.state[self.node] == SPLIT)
-        node = self.node[slots]
-        queries = np.column_stack([self.objects[slots], t.pivot1[node], t.pivot2[node]])
-        counts = np.maximum(self.redundancy - self._asked[slots], 1)
-        return slots, queries, counts
-
-    def pending_queries(self, return_counts: bool = False) -> Any:
-        """Routing questions (object, p1, p2) still wanted; as the builder's ``pending_queries``."""
-        _, queries, counts = self._pending()
-        return (queries, counts) if return_counts else queries
-
-    def record(self, anchor: int, p1: int, p2: int, closer_to_p1: bool) -> bool:
-        """Store one routing answer; False (ignored) when it is not currently asked."""
-        return bool(self.record_batch([[anchor, p1, p2]], [closer_to_p1])[0])
-
-    def record_batch(self, queries: ArrayLike, answers: ArrayLike) -> np.ndarray:
-        q = _check_queries(queries)
-        ans = _check_answers(answers, len(q))
-        ranked = np.argsort(self.objects, kind="stable")
-        found = np.searchsorted(self.objects, q[:, 0], sorter=ranked)
-        slots = ranked[np.minimum(found, len(ranked) - 1)] if len(ranked) else found
-        missing = (found >= len(ranked)) | (self.objects[slots] != q[:, 0])
-        if np.any(missing):
-            raise ValueError(f"object {int(q[missing, 0][0])} is not being routed by this router")
-        t, node = self.tree, self.node[slots]
-        straight = (t.pivot1[node] == q[:, 1]) & (t.pivot2[node] == q[:, 2])
-        flipped = (t.pivot1[node] == q[:, 2]) & (t.pivot2[node] == q[:, 1])
-        ok = (t.state[node] == SPLIT) & (straight | flipped)
-        self._record_slots(slots[ok], ans[ok] == straight[ok])
-        return ok
-
-    def _record_slots(self, slots: np.ndarray, answers: np.ndarray, unique: bool = False) -> None:
-        if len(slots) == 0:
-            return
-        self._add_votes(slots, answers, unique)
-        if not unique:
-            slots = np.flatnonzero(np.bincount(slots, minlength=len(self.node)))
-        decided, left = self._decided(slots)
-        slots, left = slots[decided], left[decided]
-        self.node[slots] = self.tree.child[self.node[slots]] + ~left
-        self._asked[slots] = 0
-        self._p1[slots] = 0
-        self._advance_pivots(slots)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Router state as JSON-compatible data (the tree is persisted separately)."""
-        return {
-            "format": _FORMAT,
-            "redundancy": self.redundancy,
-            "objects": self.objects.tolist(),
-            "node": self.node.tolist(),
-            "asked": self._asked.tolist(),
-            "closer_to_p1": self._p1.tolist(),
-            "n_queries": self.n_queries_,
-            "n_asks": self.n_asks_,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], tree: ComparisonTreeBuilder) -> ComparisonTreeRouter:
-        """Rebuild a router from :meth:`to_dict` output and its tree."""
-        if not isinstance(data, dict) or data.get("format") != _FORMAT:
-            raise ValueError("not a ComparisonTreeRouter state (missing or unknown 'format')")
-        self = cls(tree, np.asarray(data["objects"], dtype=np.int64), int(data["redundancy"]))
-        self.node = np.asarray(data["node"], dtype=np.int64)
-        self._asked = np.asarray(data["asked"], dtype=np.int64)
-        self._p1 = np.asarray(data["closer_to_p1"], dtype=np.int64)
-        self.n_queries_, self.n_asks_ = int(data["n_queries"]), int(data["n_asks"])
         return self
 
 
