@@ -164,12 +164,18 @@ def neighbors(db: Session, model: Model, index: int, k: int) -> list[dict]:
             {"index": int(i), "similarity": float(s)}
             for i, s in zip(indices, similarities, strict=True)
         ]
-    if model.kind == "embedding":
-        points = artifact["embedding"]
-        distance = np.linalg.norm(points - points[index], axis=1)
-    else:
+    if model.kind == "metricboost":
+        # k-NN under the metric part H⁺ with MetricBoost's tie-break (not the full H,
+        # whose similarity rounds can put far objects first); the object itself is dropped.
         X = _features(db, model)
-        distance = artifact["estimator"].pairwise_distances(X[index : index + 1], X).ravel()
+        found, order = artifact["estimator"].kneighbors(X[index : index + 1], X, k + 1)
+        keep = order[0] != index
+        return [
+            {"index": int(i), "distance": float(d)}
+            for i, d in zip(order[0][keep][:k], found[0][keep][:k], strict=True)
+        ]
+    points = artifact["embedding"]
+    distance = np.linalg.norm(points - points[index], axis=1)
     distance[index] = np.inf
     order = np.argsort(distance, kind="stable")[:k]
     return [{"index": int(i), "distance": float(distance[i])} for i in order]
