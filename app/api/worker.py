@@ -97,19 +97,15 @@ async def read_next_query(
 
 
 def _next_query(db: Session, session_id: str, authorization: str | None) -> NextQuery:
-    work = sessions.authenticate_session(db, session_id, authorization)
-    project = db.get(Project, work.project_id)
-    assert project is not None
-    issued = issuance.next_query(db, project, work)
+    work, project, issued = issuance.next_for_session(db, session_id, authorization)
     if issued.query is not None:
-        objects = issuance.query_objects(db, project, issued.query)
         return NextQuery(
             query=ShownQuery(
                 token=issued.query.token,
                 kind=issued.query.kind,
                 objects=[
                     ShownObject(index=o.index, name=o.name, text=o.text, image_url=o.image_url)
-                    for o in objects
+                    for o in issued.objects
                 ],
                 position=work.answered + 1,
                 total=work.total,

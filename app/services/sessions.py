@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from app.config import get_settings
@@ -119,12 +119,37 @@ def open_session(
 
 def authenticate_session(db: Session, session_id: str, authorization: str | None) -> WorkSession:
     """The session named in the path, if the bearer token is its own."""
+    token = _bearer(authorization)
+    return _check_token(db.get(WorkSession, session_id), session_id, token)
+
+
+# Built once (hot path: every question a worker asks for).
+_SESSION_IN_PROJECT = (
+    select(WorkSession, Project)
+    .join(Project, Project.id == WorkSession.project_id)
+    .where(WorkSession.id == bindparam("session"))
+)
+
+
+def authenticate_session_in_project(
+    db: Session, session_id: str, authorization: str | None
+) -> tuple[WorkSession, Project]:
+    """:func:`authenticate_session` and the session's project, read in one statement."""
+    token = _bearer(authorization)
+    row = db.execute(_SESSION_IN_PROJECT, {"session": session_id}).first()
+    work = _check_token(row[0] if row else None, session_id, token)
+    return work, row[1]
+
+
+def _bearer(authorization: str | None) -> str:
     if not authorization or not authorization.lower().startswith("bearer "):
         raise Unauthorized("send the session token as 'Authorization: Bearer <session_token>'")
-    work = db.get(WorkSession, session_id)
+    return authorization.split(" ", 1)[1].strip()
+
+
+def _check_token(work: WorkSession | None, session_id: str, token: str) -> WorkSession:
     if work is None:
         raise NotFound(f"no session {session_id!r}")
-    token = authorization.split(" ", 1)[1].strip()
     if not hmac.compare_digest(work.token_hash, _hash(token)):
         raise Unauthorized(
             "this token does not belong to this session (it may have been resumed elsewhere)"
