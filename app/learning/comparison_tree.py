@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from app.learning import _comparison_tree_numba as _kernels
 from app.learning._comparison_router import ComparisonTreeRouter
 from app.learning._comparison_tree_base import (
     _FORMAT,
@@ -53,6 +54,8 @@ from app.learning._comparison_tree_base import (
 )
 
 __all__ = ["ComparisonTreeBuilder", "ComparisonTreeRouter", "drive"]
+
+_NONE = np.zeros(0, dtype=np.int64)  # stands for a missing labels / position_of array in kernels
 
 
 class ComparisonTreeBuilder(_VoteMachine):
@@ -164,7 +167,7 @@ class ComparisonTreeBuilder(_VoteMachine):
         self._position_of = np.full(int(self.order.max()) + 1, -1, dtype=np.int64)
         self._position_of[self.order] = np.arange(n)
         self._node_of = np.zeros(n, dtype=np.int64)
-        self._add_nodes(np.array([0]), np.array([n]), root_key, np.arange(n), np.zeros(n, np.intp))
+        self._add_nodes(np.array([0]), np.array([n]), root_key)
         self._split_trivial(np.array([0]))
 
     # ----------------------------------------------------------------- queries
@@ -255,59 +258,42 @@ class ComparisonTreeBuilder(_VoteMachine):
         waiting = ~decided & (fixed == 0)
         ready = np.bincount(seg, weights=waiting, minlength=len(touched)) == 0
         if ready.all():
-            self._split(touched, seg_pos, seg, left, fixed)
+            self._split(touched, left, fixed)
         elif ready.any():
             keep = ready[seg]
-            renumber = np.cumsum(ready) - 1
-            self._split(touched[ready], seg_pos[keep], renumber[seg[keep]], left[keep], fixed[keep])
+            self._split(touched[ready], left[keep], fixed[keep])
 
     # ---------------------------------------------------------------- splitting
-    def _split(
-        self,
-        nodes: np.ndarray,
-        pos: np.ndarray,
-        seg: np.ndarray,
-        left: np.ndarray,
-        fixed: np.ndarray,
-    ) -> None:
+    def _split(self, nodes: np.ndarray, left: np.ndarray, fixed: np.ndarray) -> None:
         """Partition ready nodes' slices stably into left then right (Alg. 1, lines 4-7).
 
-        ``pos`` lists the slots of ``nodes`` segment by segment in ascending order
-        (``seg`` numbers the segment), ``left`` is the majority answer "closer to
-        pivot1" and ``fixed`` marks the pivots (1 left, 2 right).
+        ``left`` (the majority answer "closer to pivot1") and ``fixed`` (the
+        pivots: 1 left, 2 right) list the slots of ``nodes`` slice after slice.
         """
         left = np.where(fixed == 0, left, fixed == 1)
         starts, ends = self.start[nodes], self.end[nodes]
-        sizes = ends - starts
-        n_left = np.bincount(seg, weights=left, minlength=len(nodes)).astype(np.int64)
-        cum_left = np.cumsum(left) - left
-        rank_left = cum_left - cum_left[(np.cumsum(sizes) - sizes)][seg]
-        seg_start = starts[seg]
-        new_pos = np.where(
-            left, seg_start + rank_left, seg_start + n_left[seg] + (pos - seg_start - rank_left)
-        )
-        moved = self.order[pos]
-        self.order[new_pos] = moved
-        if self._position_of is not None:
-            self._position_of[moved] = new_pos
-        if self._labels is not None:
-            self._labels[new_pos] = self._labels[pos].copy()
-        self._asked[pos] = 0
-        self._p1[pos] = 0
-        self._fixed[pos] = 0
-        mids = starts + n_left
         first = len(self.state)
+        n_left = _kernels.split_slices(
+            self.order,
+            _NONE if self._labels is None else self._labels,
+            _NONE if self._position_of is None else self._position_of,
+            self._node_of,
+            self._asked,
+            self._p1,
+            self._fixed,
+            starts,
+            ends,
+            left,
+            first,
+        )
+        mids = starts + n_left
         self.state[nodes] = SPLIT
         self.child[nodes] = first + 2 * np.arange(len(nodes))
         left_keys, right_keys = _child_keys(self._key[nodes])
-        child_seg = 2 * seg + (pos >= mids[seg])
-        self._node_of[pos] = first + child_seg
         self._add_nodes(
             np.column_stack([starts, mids]).ravel(),
             np.column_stack([mids, ends]).ravel(),
             np.column_stack([left_keys, right_keys]).ravel(),
-            pos,
-            child_seg,
         )
         self._split_trivial(np.arange(first, len(self.state)))
 
@@ -315,42 +301,27 @@ class ComparisonTreeBuilder(_VoteMachine):
         """Split at once the open nodes holding only their two pivots (nothing to ask)."""
         trivial = nodes[(self.state[nodes] == OPEN) & (self.end[nodes] - self.start[nodes] == 2)]
         if len(trivial):
-            pos, seg = _segment_positions(self.start[trivial], self.end[trivial])
+            pos, _ = _segment_positions(self.start[trivial], self.end[trivial])
             fixed = self._fixed[pos]
-            self._split(trivial, pos, seg, fixed == 1, fixed)
+            self._split(trivial, fixed == 1, fixed)
 
-    def _add_nodes(
-        self,
-        starts: np.ndarray,
-        ends: np.ndarray,
-        keys: np.ndarray,
-        pos: np.ndarray,
-        seg: np.ndarray,
-    ) -> None:
-        """Append nodes; choose pivots (Alg. 1, line 3) for those that must split.
+    def _add_nodes(self, starts: np.ndarray, ends: np.ndarray, keys: np.ndarray) -> None:
+        """Append nodes (slices ``starts:ends`` of ``order``); choose pivots (Alg. 1, line 3).
 
-        ``pos`` / ``seg`` list the new nodes' slots as in :meth:`_split`.
+        Only nodes that must split get pivots.
         """
         sizes = ends - starts
         split = sizes > self.leaf_size
-        n_diff = np.zeros(len(starts), dtype=np.int64)
         u1, u2 = _uniform(keys, 1), _uniform(keys, 2)
         first = starts + np.minimum((u1 * sizes).astype(np.int64), np.maximum(sizes - 1, 0))
         second = starts + np.minimum((u2 * (sizes - 1)).astype(np.int64), np.maximum(sizes - 2, 0))
         second = second + (second >= first)
         if self._labels is not None:
-            differs = self._labels[pos] != self._labels[first[seg]]
-            n_diff = np.bincount(seg, weights=differs, minlength=len(starts)).astype(np.int64)
+            # chosen: the k-th object of the node with another label than the first pivot
+            n_diff, chosen = _kernels.other_label_pivots(self._labels, starts, ends, first, u2)
             if not self.split_pure:
                 split &= n_diff > 0
             if self.supervised:
-                # second pivot: the k-th object of the node with another label
-                k = np.minimum((u2 * n_diff).astype(np.int64), np.maximum(n_diff - 1, 0))
-                cum = np.cumsum(differs)
-                before = (cum - differs)[np.cumsum(sizes) - sizes]
-                hit = differs & (cum - before[seg] - 1 == k[seg])
-                chosen = np.full(len(starts), -1, dtype=np.int64)
-                chosen[seg[hit]] = pos[hit]
                 second = np.where(n_diff > 0, chosen, second)
         last = len(self.order) - 1
         p1 = np.where(split, self.order[np.minimum(first, last)], -1)
@@ -410,7 +381,7 @@ class ComparisonTreeBuilder(_VoteMachine):
         self._tree_asks = np.zeros(len(samples), dtype=np.int64)
         self._node_of = self._tree_of_pos.copy()
         keys = _splitmix64(np.array([s & _MASK64 for s in seeds], dtype=np.uint64))
-        self._add_nodes(offsets, offsets + sizes, keys, np.arange(n), self._tree_of_pos)
+        self._add_nodes(offsets, offsets + sizes, keys)
         self._split_trivial(np.arange(len(samples)))
         return self
 
