@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import lru_cache
 from typing import Annotated
 
 from fastapi import Depends, Header, Path
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings, get_settings
 from app.db.models import ApiKey, Project
@@ -22,9 +23,15 @@ async def get_db() -> AsyncIterator[Session]:
     Creating a session does no I/O (it connects on first use, in the route's thread), so
     this dependency runs on the event loop and costs no thread hop.
     """
-    engine = get_engine(get_settings().database_url)
-    with session_factory(engine)() as session:
+    with _sessions(get_settings().database_url)() as session:
         yield session
+
+
+@lru_cache
+def _sessions(url: str) -> sessionmaker[Session]:
+    # One factory per database: a new sessionmaker defines a new Session subclass, and
+    # SQLAlchemy's event system registers each one (profiled: a tenth of a round trip).
+    return session_factory(get_engine(url))
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

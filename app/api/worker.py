@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import threading
+import asyncio
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
+from weakref import WeakKeyDictionary
 
+from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Depends, Header, status
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
@@ -71,21 +73,20 @@ def create_session(project: ProjectDep, data: SessionCreate, db: SessionDep) -> 
 
 # The two routes a worker calls for every question do all their database work in one
 # function run in one worker thread: each dependency run in a thread costs a hop. On SQLite
-# they take turns in this process (there is one writer at a time anyway): a thread waiting
-# on this lock wakes as soon as it is free, where SQLite's own busy handler sleeps up to
-# 100 ms between retries.
-_sqlite_turns = threading.Lock()
+# they take turns (there is one writer at a time anyway), waiting for their turn on the
+# event loop rather than in threads: one thread works while the others' requests sleep,
+# where sixteen threads queueing on a lock cost CPU in wake-ups (profiled), and SQLite's
+# own busy handler would sleep up to 100 ms between retries.
+_sqlite_turns: WeakKeyDictionary[asyncio.AbstractEventLoop, CapacityLimiter] = WeakKeyDictionary()
 
 
 async def _in_thread(function: Callable[..., T], *args: Any) -> T:
-    if get_settings().database_url.startswith("sqlite"):
-        return await run_in_threadpool(_taking_turns, function, *args)
-    return await run_in_threadpool(function, *args)
-
-
-def _taking_turns(function: Callable[..., T], *args: Any) -> T:
-    with _sqlite_turns:
-        return function(*args)
+    if not get_settings().database_url.startswith("sqlite"):
+        return await run_in_threadpool(function, *args)
+    loop = asyncio.get_running_loop()
+    if loop not in _sqlite_turns:
+        _sqlite_turns[loop] = CapacityLimiter(1)
+    return await to_thread.run_sync(function, *args, limiter=_sqlite_turns[loop])
 
 
 @router.get("/sessions/{session_id}/next", response_model=NextQuery)
