@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import Row, bindparam, exists, insert, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from app.active.base import Proposal
 from app.active.planner import Planner
@@ -75,6 +76,16 @@ _EXPIRE_LEASES = (
 )
 _INSERT_QUERY = insert(_queries).returning(_queries.c.id)
 _INSERT_QUESTION = insert(Question.__table__).returning(Question.__table__.c.id)
+_projects = Project.__table__
+# Core, not the unit of work's flush (profiled); ``updated_at`` still follows (onupdate).
+_SAVE_PLAN_PROGRESS = (
+    update(_projects)
+    .where(_projects.c.id == bindparam("project"))
+    .values(
+        plan_state=bindparam("state", type_=_projects.c.plan_state.type),
+        plan_step=bindparam("step"),
+    )
+)
 _objects = Object.__table__
 _SHOWN_OBJECTS = select(
     _objects.c.index, _objects.c.name, _objects.c.text, _objects.c.image_url
@@ -260,8 +271,9 @@ def _new_question(db: Session, project: Project, work: WorkSession, plan: Plan) 
                 return existing
         return None
     finally:
-        project.plan_state = state
-        project.plan_step = step
+        db.execute(_SAVE_PLAN_PROGRESS, {"project": project.id, "state": state, "step": step})
+        set_committed_value(project, "plan_state", state)
+        set_committed_value(project, "plan_step", step)
 
 
 def _create_question(

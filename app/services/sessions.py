@@ -120,10 +120,11 @@ def open_session(
 def authenticate_session(db: Session, session_id: str, authorization: str | None) -> WorkSession:
     """The session named in the path, if the bearer token is its own."""
     token = _bearer(authorization)
-    return _check_token(db.get(WorkSession, session_id), session_id, token)
+    return _check_token(db.scalar(_SESSION, {"session": session_id}), session_id, token)
 
 
-# Built once (hot path: every question a worker asks for).
+# Built once (hot path: every question and answer): Session.get builds its SELECT anew.
+_SESSION = select(WorkSession).where(WorkSession.id == bindparam("session"))
 _SESSION_IN_PROJECT = (
     select(WorkSession, Project)
     .join(Project, Project.id == WorkSession.project_id)
