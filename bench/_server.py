@@ -104,8 +104,19 @@ def running_server(database_url: str | None = None, **settings: str) -> Iterator
 
 
 def reset_postgres(url: str) -> None:
+    """An empty schema in the database of ``url``, created first if it does not exist."""
     from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
 
+    parsed = make_url(url)
+    server = create_engine(parsed.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    with server.connect() as connection:
+        exists = connection.scalar(
+            text("SELECT 1 FROM pg_database WHERE datname = :name"), {"name": parsed.database}
+        )
+        if not exists:
+            connection.execute(text(f'CREATE DATABASE "{parsed.database}"'))
+    server.dispose()
     engine = create_engine(url)
     with engine.begin() as connection:
         connection.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))

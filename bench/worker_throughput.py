@@ -220,7 +220,12 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="5 s per run instead of 20 s")
     parser.add_argument("--workers", type=int, default=16)
-    parser.add_argument("--postgres", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    parser.add_argument(
+        "--postgres",
+        # Its own database (created if missing), so a run never empties the tests' one.
+        default="postgresql+psycopg://postgres@127.0.0.1:5432/tripletlab_bench",
+        help="PostgreSQL URL; its schema is dropped and recreated",
+    )
     parser.add_argument(
         "--runs",
         nargs="+",
