@@ -151,8 +151,11 @@ def next_query(db: Session, project: Project, work: WorkSession) -> Issued:
     plan = Plan.model_validate(project.plan)
     rng = np.random.default_rng([plan.seed, _session_number(work.id), work.answered, 7])
     question, is_repeat = _repeat_question(db, work, plan, rng)
+    created = False
     if question is None:
-        question = _open_question(db, project, work) or _new_question(db, project, work, plan)
+        question = _open_question(db, project, work)
+    if question is None:
+        question, created = _new_question(db, project, work, plan)
     if question is None:
         message = EXHAUSTED_MESSAGE
         if work.answered:
@@ -160,7 +163,7 @@ def next_query(db: Session, project: Project, work: WorkSession) -> Issued:
         db.commit()
         return Issued(None, done=True, message=message)
 
-    query = _issue(db, project, work, question, is_repeat, rng, now)
+    query = _issue(db, project, work, question, is_repeat, rng, now, place_taken=created)
     objects = query_objects(db, project, query)
     db.commit()
     return Issued(query, objects=objects)
@@ -245,8 +248,11 @@ def _open_question(db: Session, project: Project, work: WorkSession) -> Question
     return db.scalar(_OPEN_QUESTION, {"project": project.id, "participant": work.participant_id})
 
 
-def _new_question(db: Session, project: Project, work: WorkSession, plan: Plan) -> Question | None:
-    """Ask the plan's strategies for a question this participant has not seen."""
+def _new_question(
+    db: Session, project: Project, work: WorkSession, plan: Plan
+) -> tuple[Question | None, bool]:
+    """Ask the plan's strategies for a question this participant has not seen; and whether
+    it was created now (with its first place taken, see :func:`_create_question`)."""
     planner = planner_for(project, plan)
     state: dict[str, Any] = project.plan_state or planner.initial_state()
     step = project.plan_step
@@ -255,7 +261,7 @@ def _new_question(db: Session, project: Project, work: WorkSession, plan: Plan) 
             proposed = planner.propose(state, step)
             step += 1
             if proposed is None:
-                return None
+                return None, False
             position, proposal = proposed
             existing = db.scalar(_QUESTION_BY_KEY, {"project": project.id, "key": proposal.key})
             if existing is None:
@@ -263,13 +269,13 @@ def _new_question(db: Session, project: Project, work: WorkSession, plan: Plan) 
                 if position >= 0:
                     state = {**state, "created": [*state["created"]]}
                     state["created"][position] += 1
-                return question
+                return question, True
             seen = db.scalar(
                 _SEEN_QUESTION, {"participant": work.participant_id, "question": existing.id}
             )
             if existing.is_open and not seen:
-                return existing
-        return None
+                return existing, False
+        return None, False
     finally:
         db.execute(_SAVE_PLAN_PROGRESS, {"project": project.id, "state": state, "step": step})
         set_committed_value(project, "plan_state", state)
@@ -294,9 +300,11 @@ def _create_question(
         "strategy_ref": proposal.ref or None,
         "gold_choice": proposal.gold_choice,
         "wanted": wanted,
-        "live": 0,
+        # Created for the session about to be asked it: its first place is taken at once,
+        # which saves the count update that issuing an existing question needs.
+        "live": 1,
         "answered": 0,
-        "is_open": True,
+        "is_open": wanted > 1,  # answered + live < wanted
         "created_at": utcnow(),
     }
     # A Core INSERT, and the row as a detached object: the unit of work's flush costs more
@@ -313,6 +321,8 @@ def _issue(
     is_repeat: bool,
     rng: np.random.Generator,
     now: datetime,
+    *,
+    place_taken: bool = False,
 ) -> Query:
     """Hand ``question`` to ``work`` with a fresh token; candidates in random order."""
     if question.kind == "triplet":
@@ -348,7 +358,7 @@ def _issue(
         "answered_at": None,
     }
     values["id"] = db.execute(_INSERT_QUERY, values).scalar_one()  # Core, as for questions
-    if not is_repeat:
+    if not is_repeat and not place_taken:
         count_places(db, question.id, live=1)
     return Query(**values)
 
