@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy import Row, bindparam, exists, insert, select, update
@@ -34,6 +34,7 @@ from app.services.sessions import (
 MAX_PROPOSALS = 100  # proposals tried per issue before the plan counts as exhausted
 MIN_ANSWERS_BEFORE_REPEAT = 3
 EXHAUSTED_MESSAGE = "This study has collected all the answers it needs. Thank you!"
+M = TypeVar("M", Query, Question)
 
 
 @dataclass
@@ -52,18 +53,21 @@ def planner_for(project: Project, plan: Plan | None = None) -> Planner:
 
 
 # The statements of the hot path are built once, with parameters: building a SQLAlchemy
-# statement costs more than SQLite takes to run it (profiled).
+# statement costs more than SQLite takes to run it (profiled). Those that read at most one
+# row select from the table (Core), and the row becomes a detached object (see _detached).
+_queries = Query.__table__
+_questions = Question.__table__
+_q = _questions.c
 _OPEN_QUERY = (
-    select(Query)
+    select(_queries)
     .where(
-        Query.session_id == bindparam("session"),
-        Query.status == "issued",
-        Query.expires_at > bindparam("now"),
+        _queries.c.session_id == bindparam("session"),
+        _queries.c.status == "issued",
+        _queries.c.expires_at > bindparam("now"),
     )
-    .order_by(Query.id.desc())
+    .order_by(_queries.c.id.desc())
     .limit(1)
 )
-_queries = Query.__table__
 _EXPIRE_LEASES = (
     update(_queries)
     .where(
@@ -75,7 +79,7 @@ _EXPIRE_LEASES = (
     .returning(_queries.c.question_id, _queries.c.is_repeat)
 )
 _INSERT_QUERY = insert(_queries).returning(_queries.c.id)
-_INSERT_QUESTION = insert(Question.__table__).returning(Question.__table__.c.id)
+_INSERT_QUESTION = insert(_questions).returning(_q.id)
 _projects = Project.__table__
 # Core, not the unit of work's flush (profiled); ``updated_at`` still follows (onupdate).
 _SAVE_PLAN_PROGRESS = (
@@ -94,16 +98,16 @@ _SHOWN_OBJECTS = select(
     _objects.c.index.in_(bindparam("indices", expanding=True)),
 )
 _SEEN = exists().where(
-    Query.participant_id == bindparam("participant"), Query.question_id == Question.id
+    _queries.c.participant_id == bindparam("participant"), _queries.c.question_id == _q.id
 )
 _OPEN_QUESTION = (
-    select(Question)
-    .where(Question.project_id == bindparam("project"), Question.is_open, ~_SEEN)
-    .order_by(Question.id)
+    select(_questions)
+    .where(_q.project_id == bindparam("project"), _q.is_open, ~_SEEN)
+    .order_by(_q.id)
     .limit(1)
 )
-_QUESTION_BY_KEY = select(Question).where(
-    Question.project_id == bindparam("project"), Question.key == bindparam("key")
+_QUESTION_BY_KEY = select(_questions).where(
+    _q.project_id == bindparam("project"), _q.key == bindparam("key")
 )
 _SEEN_QUESTION = select(
     exists().where(
@@ -115,7 +119,15 @@ _SEEN_QUESTION = select(
 
 def open_query(db: Session, work: WorkSession) -> Query | None:
     """The question this session holds and has not answered, if its lease still runs."""
-    return db.scalar(_OPEN_QUERY, {"session": work.id, "now": utcnow()})
+    row = db.execute(_OPEN_QUERY, {"session": work.id, "now": utcnow()}).first()
+    return _detached(Query, row)
+
+
+def _detached(cls: type[M], row: Row | None) -> M | None:
+    """``row`` as a new object that is only read, never added to the session: setting up the
+    ORM's loading of a result costs more than running the query, even when it has no row
+    (profiled)."""
+    return None if row is None else cls(**row._mapping)
 
 
 def next_for_session(
@@ -195,8 +207,6 @@ def expire_leases(db: Session, project: Project, now: datetime) -> None:
 
 
 # Built once on the table (no ORM bookkeeping): this runs twice per question answered.
-_questions = Question.__table__
-_q = _questions.c
 COUNT_PLACES = (
     update(_questions)
     .where(_q.id == bindparam("question"))
@@ -245,7 +255,10 @@ def _repeat_question(
 
 def _open_question(db: Session, project: Project, work: WorkSession) -> Question | None:
     """A question that still needs answers and that this participant has not seen."""
-    return db.scalar(_OPEN_QUESTION, {"project": project.id, "participant": work.participant_id})
+    row = db.execute(
+        _OPEN_QUESTION, {"project": project.id, "participant": work.participant_id}
+    ).first()
+    return _detached(Question, row)
 
 
 def _new_question(
@@ -263,7 +276,10 @@ def _new_question(
             if proposed is None:
                 return None, False
             position, proposal = proposed
-            existing = db.scalar(_QUESTION_BY_KEY, {"project": project.id, "key": proposal.key})
+            existing = _detached(
+                Question,
+                db.execute(_QUESTION_BY_KEY, {"project": project.id, "key": proposal.key}).first(),
+            )
             if existing is None:
                 question = _create_question(db, project, proposal, position, planner, plan)
                 if position >= 0:
