@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import numpy as np
-from sqlalchemy import Row, bindparam, exists, insert, select, update
+from sqlalchemy import Row, bindparam, exists, func, insert, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -109,6 +109,23 @@ _OPEN_QUESTION = (
 _QUESTION_BY_KEY = select(_questions).where(
     _q.project_id == bindparam("project"), _q.key == bindparam("key")
 )
+# Questions this session answered (not gold, not yet repeated), in id order.
+_REPEAT_CANDIDATES = (
+    select(_questions)
+    .join(_queries, _queries.c.question_id == _q.id)
+    .where(
+        _queries.c.session_id == bindparam("session"),
+        _queries.c.status == "answered",
+        _q.gold_choice.is_(None),
+        _q.id.not_in(
+            select(_queries.c.question_id).where(
+                _queries.c.session_id == bindparam("session"), _queries.c.is_repeat
+            )
+        ),
+    )
+)
+_COUNT_REPEAT_CANDIDATES = select(func.count()).select_from(_REPEAT_CANDIDATES.subquery())
+_REPEAT_CANDIDATE = _REPEAT_CANDIDATES.order_by(_q.id).limit(1).offset(bindparam("pick"))
 _SEEN_QUESTION = select(
     exists().where(
         Query.participant_id == bindparam("participant"),
@@ -236,21 +253,14 @@ def _repeat_question(
         return None, False
     if rng.random() >= plan.repeat_rate:
         return None, False
-    repeated = select(Query.question_id).where(Query.session_id == work.id, Query.is_repeat)
-    candidates = db.scalars(
-        select(Question)
-        .join(Query, Query.question_id == Question.id)
-        .where(
-            Query.session_id == work.id,
-            Query.status == "answered",
-            Question.gold_choice.is_(None),
-            Question.id.not_in(repeated),
-        )
-        .order_by(Question.id)
-    ).all()
-    if not candidates:
+    # Counted and picked in SQL: the candidates grow with the session, and loading them all
+    # (as this once did) made every repeat cost more than the last. Same draw, same order.
+    n_candidates = db.execute(_COUNT_REPEAT_CANDIDATES, {"session": work.id}).scalar_one()
+    if not n_candidates:
         return None, False
-    return candidates[int(rng.integers(len(candidates)))], True
+    pick = int(rng.integers(n_candidates))
+    row = db.execute(_REPEAT_CANDIDATE, {"session": work.id, "pick": pick}).first()
+    return _detached(Question, row), True
 
 
 def _open_question(db: Session, project: Project, work: WorkSession) -> Question | None:
