@@ -30,14 +30,16 @@ def make_engine(url: str) -> Engine:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        # synchronous=NORMAL in WAL mode: a commit is in the WAL file (handed to the OS)
-        # before it returns, so an acknowledged answer survives the app process crashing
-        # or being killed; only an OS crash or power loss can roll back the last commits,
-        # which the WAL keeps consistent. FULL would fsync every commit: 3-4 ms each on
-        # the 2-core benchmark machine's disk (measured), more than a worker round trip's
-        # CPU, and taken while holding SQLite's single write lock. Deployments that must survive a
-        # machine failure run PostgreSQL, which fsyncs each commit (with group commit).
+        # WAL with synchronous=NORMAL for most commits: they reach the WAL file (the OS)
+        # before returning, so they survive the app process crashing or being killed,
+        # and only an OS crash or power loss can roll back the last of them. Commits
+        # that store answers run with FULL instead (see begin_write's ``durable``): they
+        # wait for the WAL to reach the disk, which also makes every earlier commit in
+        # it durable, so an acknowledged answer survives a power loss too. FULL costs
+        # 3-4 ms of fsync per commit on the benchmark machine (measured); paying it on
+        # answers only keeps the next-question commits fast.
         cursor.execute("PRAGMA synchronous=NORMAL")
+        _record.info["synchronous"] = "NORMAL"
         cursor.execute("PRAGMA busy_timeout=30000")
         cursor.close()
 
@@ -46,7 +48,13 @@ def make_engine(url: str) -> Engine:
         # A transaction that will write takes the write lock up front (see
         # begin_write), so two writers wait for each other through busy_timeout
         # instead of failing when a read turns into a write.
-        immediate = connection.get_execution_options().get("sqlite_immediate", False)
+        options = connection.get_execution_options()
+        # SQLite refuses to change the safety level inside a transaction: set it first.
+        level = "FULL" if options.get("sqlite_durable", False) else "NORMAL"
+        if connection.info.get("synchronous") != level:
+            connection.exec_driver_sql(f"PRAGMA synchronous={level}")
+            connection.info["synchronous"] = level
+        immediate = options.get("sqlite_immediate", False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
@@ -66,17 +74,21 @@ def iter_session(engine: Engine) -> Iterator[Session]:
         yield session
 
 
-def begin_write(db: Session) -> None:
+def begin_write(db: Session, *, durable: bool = False) -> None:
     """End the current (read) transaction and start one that will write.
 
     On SQLite the new transaction holds the database's write lock from its first
     statement; on PostgreSQL it is an ordinary transaction and callers lock the
     rows they change. Objects already loaded stay usable (``expire_on_commit``
     is off) but may be stale: refresh what the write depends on.
+
+    ``durable=True`` is for transactions that store answers: on SQLite their commit
+    waits for the disk (synchronous=FULL), so it survives a power loss, as every
+    PostgreSQL commit does.
     """
     if db.in_transaction():
         db.commit()
-    db.connection(execution_options={"sqlite_immediate": True})
+    db.connection(execution_options={"sqlite_immediate": True, "sqlite_durable": durable})
     db.info["write_transaction"] = db.get_transaction()
 
 
@@ -85,11 +97,11 @@ def writing(db: Session) -> bool:
     return db.in_transaction() and db.info.get("write_transaction") is db.get_transaction()
 
 
-def ensure_write(db: Session) -> None:
+def ensure_write(db: Session, *, durable: bool = False) -> None:
     """:func:`begin_write`, unless the current transaction already is a writing one.
 
     The worker's hot routes start writing before their first read, so that what they read
     is current (on SQLite, read under the write lock) and no read transaction has to end.
     """
     if not writing(db):
-        begin_write(db)
+        begin_write(db, durable=durable)

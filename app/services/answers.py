@@ -57,7 +57,7 @@ def import_answers(
     """Store comparisons collected elsewhere, all or nothing; source is ``import``."""
     if not triplets and not pairs:
         raise InvalidInput("nothing to import: give 'triplets' and/or 'pairs'")
-    lock_project(db, project)
+    lock_project(db, project, durable=True)
     try:
         triplet_array = check_triplets(np.asarray(triplets).reshape(-1, 3), project.n_objects)
     except ValueError as error:

@@ -28,9 +28,10 @@ def get_project(
     return project
 
 
-def lock_project(db: Session, project: Project) -> Project:
-    """Start a writing transaction holding ``project``'s row, refreshed, until commit."""
-    begin_write(db)
+def lock_project(db: Session, project: Project, *, durable: bool = False) -> Project:
+    """Start a writing transaction holding ``project``'s row, refreshed, until commit
+    (``durable``: see :func:`app.db.session.begin_write`)."""
+    begin_write(db, durable=durable)
     db.refresh(project, with_for_update=True)
     return project
 

@@ -76,7 +76,7 @@ def record_session_answer(
     An answer always writes, so the transaction takes the write lock before its first read:
     what it reads is current, and no read transaction has to end first.
     """
-    ensure_write(db)
+    ensure_write(db, durable=True)
     work = authenticate_session(db, session_id, authorization)
     return record_answer(db, work, token, choice, client_ms)
 

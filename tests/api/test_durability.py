@@ -1,0 +1,77 @@
+"""Commits that store answers wait for the disk; the others need not (SQLite's safety level)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, event, text
+
+from tests.factories import (
+    answer,
+    committed_requests,
+    first_choice,
+    make_objects,
+    make_project,
+    next_query,
+    open_session,
+    random_triplets,
+    set_plan,
+)
+
+
+@pytest.fixture
+def statements(engine: Engine) -> Iterator[list[str]]:
+    """Every SQL statement the engine sends, in order, while the test runs."""
+    sent: list[str] = []
+
+    def record(_conn, _cursor, statement, _parameters, _context, _many) -> None:  # type: ignore[no-untyped-def]
+        sent.append(" ".join(statement.split()).upper())
+
+    event.listen(engine, "before_cursor_execute", record)
+    yield sent
+    event.remove(engine, "before_cursor_execute", record)
+
+
+def level_of_transaction_with(sent: list[str], prefix: str) -> str:
+    """The safety level in force for the last transaction that ran a statement starting with
+    ``prefix`` (the pragma is only sent when the level changes, and NORMAL is set on connect)."""
+    at = max(i for i, s in enumerate(sent) if s.startswith(prefix))
+    begin = max(i for i in range(at) if sent[i].startswith("BEGIN"))
+    pragmas = [s for s in sent[:begin] if s.startswith("PRAGMA SYNCHRONOUS=")]
+    return pragmas[-1].split("=")[1] if pragmas else "NORMAL"
+
+
+def test_answer_commits_are_durable(app, engine: Engine, statements: list[str]) -> None:
+    slug = f"durable-{uuid.uuid4().hex[:8]}"
+    sqlite = engine.dialect.name == "sqlite"
+    with committed_requests(app, engine) as headers, TestClient(app) as client:
+        make_project(client, headers, slug)
+        make_objects(client, headers, slug, 6)
+        set_plan(client, headers, slug)
+        session_id, session_headers = open_session(client, slug, participant="w1")
+        for _ in range(2):
+            query = next_query(client, session_id, session_headers)["query"]
+            response = answer(
+                client, session_id, session_headers, query["token"], first_choice(query)
+            )
+            assert response.status_code == 201, response.text
+            if sqlite:
+                worker_answer = level_of_transaction_with(statements, "INSERT INTO ANSWERS")
+                issued = level_of_transaction_with(statements, "INSERT INTO QUERIES")
+                assert (worker_answer, issued) == ("FULL", "NORMAL")
+
+        imported = client.post(
+            f"/api/projects/{slug}/answers",
+            json={"triplets": random_triplets(6, 5)},
+            headers=headers,
+        )
+        assert imported.status_code == 201, imported.text
+        if sqlite:
+            assert level_of_transaction_with(statements, "INSERT INTO ANSWERS") == "FULL"
+        else:  # PostgreSQL: every commit waits for its WAL flush unless configured otherwise
+            with engine.connect() as connection:
+                assert connection.execute(text("SHOW synchronous_commit")).scalar() == "on"
+        client.delete(f"/api/projects/{slug}?force=true", headers=headers)
