@@ -98,6 +98,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2, help="repetitions (quick: 1)")
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--max-cblearn", type=int, default=700_000)
+    parser.add_argument(
+        "--grid", nargs="+", metavar="N:SHARE", help="only these cells, e.g. 2000:0.001"
+    )
+    parser.add_argument("--metrics", nargs="+", choices=("euclidean", "cosine", "cityblock"))
     parser.add_argument("--cblearn-worker", metavar="NPZ", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cblearn_worker:
@@ -114,8 +118,10 @@ def main() -> None:
     grid = [(500, 0.001), (500, 0.01)]
     if not args.quick:
         grid += [(1000, 0.001), (1000, 0.01), (2000, 0.001), (5000, 0.0005)]
+    if args.grid:  # resume a long run, or run part of it
+        grid = [(int(n), float(share)) for n, share in (cell.split(":") for cell in args.grid)]
     seeds = range(1 if args.quick else args.seeds)
-    metrics = ("euclidean", "cosine", "cityblock")
+    metrics = tuple(args.metrics or ("euclidean", "cosine", "cityblock"))
     TripletBoost(n_estimators=5, random_state=0).fit(  # JIT warm-up
         [[0, 1, 2], [1, 0, 2], [2, 1, 0]], np.array([0, 0, 1])
     )
@@ -152,7 +158,7 @@ def main() -> None:
                     acc[method].append(float(knn.score(embeddings[method][test], y[test])))
                     sec[method].append(times[method])
             rows.append((n, share, m, metric, acc, sec, notes))
-            line = " ".join(f"{k} {fmt(acc[k])} ({fmt(sec[k], 1)} s)" for k in acc)
+            line = " ".join(f"{k} {fmt(acc[k])} ({fmt(sec[k], 2)} s)" for k in acc)
             print(f"  n={n} {share:.2%} {metric}: {line} {' '.join(notes)}", flush=True)
 
     print(f"\nMoons, 2/3 train, accuracy and wall seconds, mean ± sd over {len(seeds)} seed(s)")
@@ -165,7 +171,7 @@ def main() -> None:
     for n, share, m, metric, acc, sec, notes in rows:
         cells = []
         for k in ("TripletBoost", "SOE", "TSTE"):
-            cells.append(f"{fmt(acc[k])} {fmt(sec[k], 1):>10s}s" if acc[k] else "n/a")
+            cells.append(f"{fmt(acc[k])} {fmt(sec[k], 2):>10s}s" if acc[k] else "n/a")
         ratio = np.mean(sec["SOE"]) / np.mean(sec["TripletBoost"]) if sec["SOE"] else float("nan")
         extra = f"  {'; '.join(sorted(notes))}" if notes else ""
         print(
