@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
@@ -210,6 +211,16 @@ def measure_bare(workers: int, seconds: float) -> Run:
             process.wait(timeout=30)
 
 
+def pool(runs: list[Run]) -> Run:
+    """One row from repeated runs: mean rate and CPU, latencies pooled."""
+    return Run(
+        statistics.fmean(r.rate for r in runs),
+        [ms for r in runs for ms in r.latencies],
+        statistics.fmean(r.server_cpu_ms for r in runs),
+        statistics.fmean(r.client_cpu_ms for r in runs),
+    )
+
+
 def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[q - 1] if len(values) > 2 else float("nan")
 
@@ -233,41 +244,64 @@ def main() -> None:
         default=list(RUNS),
         help="which rows to measure (default: all; without 'bare' the ratio column is blank)",
     )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs of each row (rates: mean ± sd; the rest pooled)",
+    )
     args = parser.parse_args()
     seconds = 5.0 if args.quick else 20.0
 
-    rows = []
+    measures: list[tuple[str, Callable[[], Run]]] = []
     if "bare" in args.runs:
-        rows.append(("bare FastAPI ceiling (constant JSON)", measure_bare(args.workers, seconds)))
+        measures.append(
+            ("bare FastAPI ceiling (constant JSON)", lambda: measure_bare(args.workers, seconds))
+        )
     if "sqlite" in args.runs:
-        rows.append(("Triplet Lab, SQLite", measure_ours(None, args.workers, seconds)))
+        measures.append(("Triplet Lab, SQLite", lambda: measure_ours(None, args.workers, seconds)))
     if "sqlite2" in args.runs:
-        rows.append(
+        measures.append(
             (
                 "Triplet Lab, SQLite, 2 server processes",
-                measure_ours(None, args.workers, seconds, processes=2),
+                lambda: measure_ours(None, args.workers, seconds, processes=2),
             )
         )
     if "postgres" in args.runs and args.postgres:
-        reset_postgres(args.postgres)
-        rows.append(("Triplet Lab, PostgreSQL", measure_ours(args.postgres, args.workers, seconds)))
+
+        def postgres() -> Run:
+            reset_postgres(args.postgres)
+            return measure_ours(args.postgres, args.workers, seconds)
+
+        measures.append(("Triplet Lab, PostgreSQL", postgres))
+    # Rows take turns run after run, so a slow spell of the machine hits every row alike.
+    runs: dict[str, list[Run]] = {name: [] for name, _ in measures}
+    for _ in range(args.repeats):
+        for name, measure in measures:
+            runs[name].append(measure())
+    rows = [(name, pool(done)) for name, done in runs.items()]
     ceiling = rows[0][1].rate if "bare" in args.runs else float("nan")
 
     print(
         f"\nworker round trips (GET next + POST answer), {args.workers} concurrent workers, "
-        f"{seconds:.0f} s per run, 1 uvicorn process unless said, client on the same machine "
-        "(raw asyncio HTTP/1.1 keep-alive, one connection per worker)"
+        f"{seconds:.0f} s per run, {args.repeats} run(s) of each row, 1 uvicorn process unless "
+        "said, client on the same machine (raw asyncio HTTP/1.1 keep-alive, one connection per "
+        "worker)"
     )
     header = ("server", "round trips/s", "p50 ms", "p99 ms", "vs ceiling", "vs Salmon*")
     header += ("server CPU", "client CPU")
-    print("{:40s} {:>14s} {:>8s} {:>8s} {:>11s} {:>11s} {:>11s} {:>11s}".format(*header))
+    print("{:40s} {:>18s} {:>8s} {:>8s} {:>11s} {:>11s} {:>11s} {:>11s}".format(*header))
     for name, run in rows:
         p50, p99 = percentile(run.latencies, 50), percentile(run.latencies, 99)
+        rates = [r.rate for r in runs[name]]
+        spread = f"{run.rate:.1f} ± {statistics.pstdev(rates):.1f}"
         print(
-            f"{name:40s} {run.rate:14.1f} {p50:8.1f} {p99:8.1f} "
+            f"{name:40s} {spread:>18s} {p50:8.1f} {p99:8.1f} "
             f"{run.rate / ceiling:10.2f}x {run.rate / SALMON_REPORTED:10.1f}x "
             f"{run.server_cpu_ms:8.2f} ms {run.client_cpu_ms:8.2f} ms"
         )
+    if args.repeats > 1:
+        print("round trips/s: mean ± sd over runs; latencies pooled over runs; CPU: mean of runs.")
     print(
         "CPU columns: CPU time per round trip of the server's processes and of this client "
         "(2 cores = 2,000 ms of CPU per second between them)."
