@@ -107,7 +107,7 @@ def record_answer(
         raise Gone("this question's lease expired; ask for the next question")
     position = _position(query, choice)
 
-    ensure_write(db)
+    ensure_write(db, durable=True)  # the answer's commit waits for the disk (begin_write)
     now = utcnow()
     claimed = db.execute(_CLAIM, {"query": query.id, "now": now}).rowcount
     if not claimed:
