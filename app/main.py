@@ -11,6 +11,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app.api import (
     answers,
+    dashboard,
     objects,
     pages,
     participants,
@@ -63,6 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         predictions.router,
     ):
         app.include_router(router)
+    dashboard.install_dashboard(app)
     media = settings.data_dir / "media"
     media.mkdir(parents=True, exist_ok=True)
     app.mount("/media", StaticFiles(directory=media), name="media")
