@@ -85,9 +85,7 @@ class DashboardSession(Base):
     __tablename__ = "dashboard_sessions"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 of the cookie
-    key_id: Mapped[int] = mapped_column(
-        ForeignKey("api_keys.id", ondelete="CASCADE"), index=True
-    )
+    key_id: Mapped[int] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
 

@@ -304,7 +304,7 @@ def database_size(db: Session) -> int | None:
     bind = db.get_bind()
     if bind.dialect.name == "postgresql":
         return int(db.scalar(text("SELECT pg_database_size(current_database())")) or 0)
-    database = make_url(str(bind.url)).database
+    database = make_url(str(bind.engine.url)).database
     if not database or database == ":memory:":
         return None
     return sum(
