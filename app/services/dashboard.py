@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Integer, case, cast, distinct, func, select, text
+from sqlalchemy import Integer, case, cast, distinct, func, literal_column, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
@@ -83,7 +83,8 @@ def project_rows(db: Session, projects: list[Project]) -> list[ProjectRow]:
 def _minute(db: Session, column: Any) -> Any:
     """``column`` (a timestamp) as whole minutes since the epoch, in the database's SQL."""
     if db.get_bind().dialect.name == "sqlite":
-        return cast(func.strftime("%s", column), Integer) / 60
+        # Integer division by a literal (a bound 60 would be cast to NUMERIC and divide exactly).
+        return cast(func.strftime("%s", column), Integer).op("/")(literal_column("60"))
     return cast(func.floor(func.extract("epoch", column) / 60), Integer)
 
 
@@ -95,13 +96,14 @@ def answers_timeline(db: Session, project: Project) -> list[tuple[datetime, int]
     end = max(last, utcnow())
     start = end - TIMELINE_SPAN
     minute = _minute(db, Answer.created_at).label("minute")
-    counts = dict(
-        db.execute(
+    counts = {
+        int(m): n
+        for m, n in db.execute(
             select(minute, func.count())
             .where(Answer.project_id == project.id, Answer.created_at >= start)
             .group_by(minute)
-        ).all()
-    )
+        )
+    }
     if not counts:
         return []
     first, final = min(counts), int(end.timestamp() // 60)
