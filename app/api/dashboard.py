@@ -173,13 +173,17 @@ def read_home(request: Request, db: SessionDep) -> HTMLResponse:
     if key is None:
         return _signin_page(request)
     rows = figures.project_rows(db, list_projects(db, key))
+    recent = figures.recent_minutes(db, [r.project.id for r in rows])
+    sparks = {project_id: charts.sparkline(counts) for project_id, counts in recent.items()}
     totals = {
         "answers_today": sum(r.answers_today for r in rows),
         "answers_total": sum(r.answers_total for r in rows),
         "active": sum(r.active_participants for r in rows),
         "jobs": sum(r.jobs_running + r.jobs_queued for r in rows),
     }
-    context = {"key": key, "rows": rows, "totals": totals, "refresh_url": "/dashboard"}
+    context = {
+        "key": key, "rows": rows, "totals": totals, "sparks": sparks, "refresh_url": "/dashboard",
+    }  # fmt: skip
     return _render(request, "home.html", context)
 
 

@@ -50,28 +50,32 @@ class _Scale:
         return round(self.start + (value - self.low) / span * (self.end - self.start), 2)
 
 
-def _frame(x_ticks: list[dict], y_ticks: list[dict]) -> dict[str, Any]:
+def _frame(
+    x_ticks: list[dict], y_ticks: list[dict], width: int = WIDTH, height: int = HEIGHT
+) -> dict[str, Any]:
     return {
-        "width": WIDTH,
-        "height": HEIGHT,
+        "width": width,
+        "height": height,
         "left": PAD_LEFT,
-        "right": WIDTH - PAD_RIGHT,
+        "right": width - PAD_RIGHT,
         "top": PAD_TOP,
-        "bottom": HEIGHT - PAD_BOTTOM,
+        "bottom": height - PAD_BOTTOM,
         "x_ticks": x_ticks,
         "y_ticks": y_ticks,
     }
 
 
 def timeline(points: Sequence[tuple[datetime, int]]) -> dict[str, Any] | None:
-    """Answers per minute: bars (one per minute) with hour:minute ticks."""
+    """Answers per minute: bars (one per minute) with hour:minute ticks, twice as wide as
+    the other charts (it spans the card)."""
     if not points:
         return None
+    width, height = 2 * WIDTH, HEIGHT
     top = max(1, max(n for _, n in points))
     y_values = nice_ticks(0, top, 4)
-    y = _Scale(0, y_values[-1], HEIGHT - PAD_BOTTOM, PAD_TOP)
+    y = _Scale(0, y_values[-1], height - PAD_BOTTOM, PAD_TOP)
     n = len(points)
-    slot = (WIDTH - PAD_LEFT - PAD_RIGHT) / n
+    slot = (width - PAD_LEFT - PAD_RIGHT) / n
     bars = []
     for i, (when, count) in enumerate(points):
         if count:
@@ -84,13 +88,14 @@ def timeline(points: Sequence[tuple[datetime, int]]) -> dict[str, Any] | None:
                     "title": f"{when:%H:%M} UTC: {count} answers",
                 }
             )
-    every = max(1, math.ceil(n / 6))
+    every = max(1, math.ceil(n / 10))
     x_ticks = [
         {"at": round(PAD_LEFT + (i + 0.5) * slot, 2), "label": f"{points[i][0]:%H:%M}"}
         for i in range(0, n, every)
     ]
     y_ticks = [{"at": y(v), "label": _fmt(v)} for v in y_values]
-    return {**_frame(x_ticks, y_ticks), "bars": bars, "total": sum(c for _, c in points)}
+    frame = _frame(x_ticks, y_ticks, width, height)
+    return {**frame, "bars": bars, "total": sum(c for _, c in points)}
 
 
 def histogram(bins: Sequence[dict], unit: str = "ms") -> dict[str, Any] | None:
@@ -181,3 +186,16 @@ def scatter(points: Sequence[dict], with_images: bool) -> dict[str, Any] | None:
         )
     legend = [{"label": label, "color": color} for label, color in colors.items()]
     return {"size": size, "points": drawn, "legend": legend, "thumb": thumb}
+
+
+def sparkline(counts: Sequence[int], width: int = 120, height: int = 28) -> dict[str, Any]:
+    """A small area chart of recent counts (e.g. answers per minute over the last hour)."""
+    top = max(counts, default=0) or 1
+    step = width / max(1, len(counts) - 1)
+    points = [
+        (round(i * step, 1), round(height - 2 - (c / top) * (height - 4), 1))
+        for i, c in enumerate(counts)
+    ]
+    line = " ".join(f"{x},{y}" for x, y in points)
+    area = f"0,{height} {line} {width},{height}"
+    return {"width": width, "height": height, "line": line, "area": area, "total": sum(counts)}

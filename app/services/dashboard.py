@@ -88,6 +88,28 @@ def _minute(db: Session, column: Any) -> Any:
     return cast(func.floor(func.extract("epoch", column) / 60), Integer)
 
 
+def recent_minutes(db: Session, project_ids: list[int], minutes: int = 60) -> dict[int, list[int]]:
+    """Answers per minute over the last ``minutes`` for each project (one statement)."""
+    if not project_ids:
+        return {}
+    now = utcnow()
+    final = int(now.timestamp() // 60)
+    minute = _minute(db, Answer.created_at).label("minute")
+    series = {project_id: [0] * minutes for project_id in project_ids}
+    for project_id, m, n in db.execute(
+        select(Answer.project_id, minute, func.count())
+        .where(
+            Answer.project_id.in_(project_ids),
+            Answer.created_at >= now - timedelta(minutes=minutes),
+        )
+        .group_by(Answer.project_id, minute)
+    ):
+        slot = minutes - 1 - (final - int(m))
+        if 0 <= slot < minutes:
+            series[project_id][slot] = n
+    return series
+
+
 def answers_timeline(db: Session, project: Project) -> list[tuple[datetime, int]]:
     """Answers per minute over the last day that has answers (zeros filled in)."""
     last = db.scalar(select(func.max(Answer.created_at)).where(Answer.project_id == project.id))

@@ -192,3 +192,49 @@ def test_pages_need_a_session(client):
         assert response.status_code == 303 and response.headers["location"] == "/dashboard"
     assert client.post("/dashboard/jobs/1/cancel", data={}).status_code == 403
     assert client.get("/", follow_redirects=False).headers["location"] == "/dashboard"
+
+
+def test_figures_count_in_sql_on_both_databases(client, db, researcher):
+    """Per-minute timeline, response-time histogram, recent minutes and strategy progress."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from app.db.models import Answer, Project, utcnow
+    from app.services import dashboard as figures
+    from tests.factories import random_triplets
+
+    _, secret = researcher
+    headers = {"Authorization": f"Bearer {secret}"}
+    make_project(client, headers, "timed")
+    make_objects(client, headers, "timed", 8)
+    imported = client.post(
+        "/api/projects/timed/answers", json={"triplets": random_triplets(8, 6)}, headers=headers
+    )
+    assert imported.status_code == 201, imported.text
+    project = db.scalar(select(Project).where(Project.slug == "timed"))
+    ids = sorted(db.scalars(select(Answer.id).where(Answer.project_id == project.id)))
+    now = utcnow().replace(second=30, microsecond=0)
+    # Two answers 3 minutes ago (seconds 1 and 59 of the same minute), four in this minute.
+    for i, answer_id in enumerate(ids):
+        when = now - timedelta(minutes=3) if i < 2 else now
+        when = when.replace(second=1 if i == 0 else 59 if i == 1 else 10 + i)
+        client_ms = (400, 900, 1200, 1200, 2500, 50_000)[i]
+        db.execute(
+            update(Answer)
+            .where(Answer.id == answer_id)
+            .values(created_at=when, client_ms=client_ms)
+        )
+    db.flush()
+    timeline = dict(figures.answers_timeline(db, project))
+    assert timeline[now.replace(second=0) - timedelta(minutes=3)] == 2
+    assert timeline[now.replace(second=0)] == 4
+    assert sum(timeline.values()) == 6
+    bins = figures.histogram(db, project, Answer.client_ms, figures.CLIENT_EDGES_MS)
+    counts = {b["low"]: b["count"] for b in bins}
+    assert counts[0] == 1 and counts[500] == 1 and counts[1000] == 2 and counts[2000] == 1
+    assert counts[30000] == 1  # the open-ended last bin
+    recent = figures.recent_minutes(db, [project.id], minutes=10)[project.id]
+    assert recent[-1] == 4 and recent[-4] == 2 and sum(recent) == 6
+    rows = figures.project_rows(db, [project])
+    assert rows[0].answers_total == 6

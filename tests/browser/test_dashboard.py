@@ -232,7 +232,8 @@ def test_home_lists_projects_with_todays_answers(filled, page, artifacts):
     cells = digits.locator("td")
     assert int(cells.nth(3).text_content().replace(",", "")) == 800  # answers in total
     assert 0 < int(cells.nth(2).text_content().replace(",", "")) <= 800  # today (UTC)
-    assert int(cells.nth(4).text_content()) >= 1  # participants active in the last 10 min
+    assert cells.nth(4).locator("svg.spark polyline").count() == 1  # the last hour
+    assert int(cells.nth(5).text_content()) >= 1  # participants active in the last 10 min
     no_xss(page)
     shoot(page, artifacts, "home")
 
