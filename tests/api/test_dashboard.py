@@ -238,3 +238,38 @@ def test_figures_count_in_sql_on_both_databases(client, db, researcher):
     assert recent[-1] == 4 and recent[-4] == 2 and sum(recent) == 6
     rows = figures.project_rows(db, [project])
     assert rows[0].answers_total == 6
+
+
+def test_cookie_is_secure_behind_https(app, db, researcher):
+    from fastapi.testclient import TestClient
+
+    from app.api.deps import get_db
+
+    app.dependency_overrides[get_db] = lambda: db
+    try:
+        with TestClient(app, base_url="https://dash.example") as secure:
+            form = secure.get("/dashboard")
+            assert "Secure" in form.headers["set-cookie"]
+            token = CSRF.search(form.text).group(1)
+            response = secure.post(
+                "/dashboard/signin",
+                data={"api_key": researcher[1], "csrf": token},
+                follow_redirects=False,
+            )
+            cookie = response.headers.get_list("set-cookie")[0]
+            assert cookie.startswith("tl_dashboard=") and "Secure" in cookie
+    finally:
+        app.dependency_overrides.clear()
+
+
+def test_an_expired_session_is_signed_out(client, db, researcher):
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from app.db.models import utcnow
+
+    sign_in(client, researcher[1])
+    db.execute(update(DashboardSession).values(expires_at=utcnow() - timedelta(seconds=1)))
+    db.flush()
+    assert "Sign in" in client.get("/dashboard").text
