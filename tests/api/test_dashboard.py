@@ -273,3 +273,40 @@ def test_an_expired_session_is_signed_out(client, db, researcher):
     db.execute(update(DashboardSession).values(expires_at=utcnow() - timedelta(seconds=1)))
     db.flush()
     assert "Sign in" in client.get("/dashboard").text
+
+
+def test_train_cancel_and_export_from_the_project_page(client, db, researcher):
+    from tests.factories import random_triplets
+
+    _, secret = researcher
+    headers = {"Authorization": f"Bearer {secret}"}
+    make_project(client, headers, "study")
+    make_objects(client, headers, "study", 8)
+    csrf = sign_in(client, secret)
+    json_accept = {"Accept": "application/json"}
+    early = client.post(
+        "/dashboard/projects/study/train",
+        data={"kind": "kernel", "csrf": csrf},
+        headers=json_accept,
+    )
+    assert early.status_code == 422 and "triplet answers" in early.json()["detail"]
+    client.post(
+        "/api/projects/study/answers", json={"triplets": random_triplets(8, 30)}, headers=headers
+    ).raise_for_status()
+    queued = client.post(
+        "/dashboard/projects/study/train",
+        data={"kind": "kernel", "csrf": csrf},
+        headers=json_accept,
+    )
+    assert queued.status_code == 200
+    job_id = queued.json()["job"]
+    page = client.get("/dashboard/projects/study")
+    assert f'id="job-{job_id}"' in page.text and f"/dashboard/jobs/{job_id}/cancel" in page.text
+    cancelled = client.post(
+        f"/dashboard/jobs/{job_id}/cancel", data={"csrf": csrf}, headers=json_accept
+    )
+    assert cancelled.json()["status"] == "cancelled"
+    assert client.get(f"/api/jobs/{job_id}", headers=headers).json()["status"] == "cancelled"
+    exported = client.get("/dashboard/projects/study/answers.csv")
+    assert exported.status_code == 200 and len(exported.text.strip().splitlines()) == 31
+    assert client.get("/dashboard/projects/study/answers.xml").status_code == 404
