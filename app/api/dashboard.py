@@ -228,6 +228,7 @@ def _project_context(
     gallery = figures.gallery(db, project)
     curves = figures.learning_curves(db, project)
     links = read_links(project, request, settings) if project.plan is not None else None
+    shown, n_participants, n_flagged = figures.participants(db, project)
     return {
         "key": key,
         "project": project,
@@ -240,7 +241,9 @@ def _project_context(
         "server_hist": charts.histogram(
             figures.histogram(db, project, figures.Answer.server_ms, figures.SERVER_EDGES_MS)
         ),
-        "participants": figures.participants(db, project),
+        "participants": shown,
+        "n_participants": n_participants,
+        "n_flagged": n_flagged,
         "plan_json": json.dumps(project.plan, indent=2) if project.plan else "",
         "plan_example": json.dumps(
             {

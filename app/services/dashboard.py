@@ -25,6 +25,7 @@ SERVER_EDGES_MS = (0, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
 GALLERY_LIMIT = 60
 RANKING_LIMIT = 50
 SCATTER_LIMIT = 400
+PARTICIPANTS_LIMIT = 300
 # Metrics plotted on learning curves: the held-out figures every trainer reports in [0, 1].
 _CURVE_SKIP = ("n_", "cv_folds")
 
@@ -115,7 +116,10 @@ def answers_timeline(db: Session, project: Project) -> list[tuple[datetime, int]
     last = db.scalar(select(func.max(Answer.created_at)).where(Answer.project_id == project.id))
     if last is None:
         return []
-    end = max(last, utcnow())
+    # The last day up to now; for a project quiet for longer, the day up to its last answer.
+    end = utcnow()
+    if last < end - TIMELINE_SPAN:
+        end = last
     start = end - TIMELINE_SPAN
     minute = _minute(db, Answer.created_at).label("minute")
     counts = {
@@ -296,10 +300,18 @@ def gallery(db: Session, project: Project) -> dict | None:
     model = _latest(db, project, ("tripletboost",))
     if model is None:
         return None
-    predictions = _once(
-        model, "predictions", lambda: model_service.tripletboost_predictions(db, model, None)
-    )
-    return {"model": model, "predictions": predictions[:GALLERY_LIMIT], "total": len(predictions)}
+    try:
+        predictions = _once(
+            model, "predictions", lambda: model_service.tripletboost_predictions(db, model, None)
+        )
+    except (AppError, ValueError, IndexError):
+        # Objects were added after this model was trained: it cannot speak for them.
+        note = "objects were added since this model was trained: train it again"
+        return {"model": model, "predictions": [], "total": 0, "note": note}
+    return {
+        "model": model, "predictions": predictions[:GALLERY_LIMIT], "total": len(predictions),
+        "note": "",
+    }  # fmt: skip
 
 
 def ranking(db: Session, project: Project) -> dict | None:
@@ -319,8 +331,12 @@ def jobs_of(db: Session, project: Project | None = None, limit: int = 20) -> lis
     return list(db.scalars(statement.order_by(active, Job.id.desc()).limit(limit)))
 
 
-def participants(db: Session, project: Project) -> list[ParticipantQuality]:
-    return list_quality(db, project)
+def participants(db: Session, project: Project) -> tuple[list[ParticipantQuality], int, int]:
+    """Participants for the table (flagged first, then by answers), how many there are, and
+    how many are flagged."""
+    everyone = list_quality(db, project)
+    everyone.sort(key=lambda q: (not q.flagged, -q.n_answers, q.id))
+    return everyone[:PARTICIPANTS_LIMIT], len(everyone), sum(q.flagged for q in everyone)
 
 
 def database_size(db: Session) -> int | None:
