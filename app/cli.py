@@ -248,6 +248,7 @@ def serve(
         typer.echo("First start: created an admin API key. Store it now; it is not shown again:")
         typer.echo(f"    {secret}")
     typer.echo(f"Triplet Lab on http://{host}:{port}  (API docs: http://{host}:{port}/docs)")
+    typer.echo(f"Dashboard: http://{host}:{port}/dashboard  (sign in with an API key)")
     if settings.demo:
         typer.echo(f"Demo worker page: http://{host}:{port}/w/{DEMO_SLUG}")
     uvicorn.run(
