@@ -21,6 +21,7 @@ from app.api import (
     training,
     worker,
 )
+from app.api.timings import RouteTimings
 from app.api.uploads import BodySizeLimit
 from app.config import Settings, get_settings
 from app.errors import install_error_handlers
@@ -52,6 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=int(settings.max_upload_mb * 2**20))
+    app.add_middleware(RouteTimings)
     for router in (
         projects.router,
         objects.router,

@@ -24,6 +24,7 @@ from fastapi.responses import (
 )
 from pydantic import ValidationError
 
+from app.api import timings
 from app.api.deps import SessionDep, SettingsDep
 from app.api.pages import PAGE_HEADERS, static_version, templates
 from app.api.plans import read_links
@@ -378,6 +379,7 @@ def _admin_context(db: SessionDep, key: ApiKey) -> dict[str, Any]:
         "database_size": figures.database_size(db),
         "database_kind": db.get_bind().dialect.name,
         "roles": ROLES,
+        "timings": timings.summary(),
     }
 
 

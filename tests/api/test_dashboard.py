@@ -310,3 +310,17 @@ def test_train_cancel_and_export_from_the_project_page(client, db, researcher):
     exported = client.get("/dashboard/projects/study/answers.csv")
     assert exported.status_code == 200 and len(exported.text.strip().splitlines()) == 31
     assert client.get("/dashboard/projects/study/answers.xml").status_code == 404
+
+
+def test_route_timings_file_requests_under_their_template(client, researcher):
+    from app.api import timings
+
+    headers = {"Authorization": f"Bearer {researcher[1]}"}
+    make_project(client, headers, "timed-routes")
+    for _ in range(3):
+        assert client.get("/api/projects/timed-routes", headers=headers).status_code == 200
+    client.get("/no/such/route")
+    rows = {(r["method"], r["path"]): r for r in timings.summary()}
+    row = rows[("GET", "/api/projects/{slug}")]
+    assert row["count"] >= 3 and 0 < row["p50"] <= row["p95"] <= row["max"]
+    assert not any(path == "/no/such/route" for _, path in rows)

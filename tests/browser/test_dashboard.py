@@ -328,6 +328,9 @@ def test_admin_page_keys_queue_and_revoke_ends_the_session(filled, page, browser
     sign_in(page, filled.url, filled.admin_key)
     page.goto(f"{filled.url}/dashboard/admin")
     assert page.locator("#queue-table tbody tr").count() == 8
+    # Per-endpoint timings of the live server, including the worker API the crowd used.
+    endpoints = page.locator("#timings-table tbody tr").all_text_contents()
+    assert any("/api/w/sessions/{session_id}/answers" in row for row in endpoints)
     assert page.text_content("#database-size").strip().endswith(("kB", "MB"))
     keys = page.locator("#keys-table tbody tr")
     assert keys.count() == 2
