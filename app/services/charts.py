@@ -13,7 +13,12 @@ from typing import Any
 
 WIDTH, HEIGHT = 560, 240
 PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 48, 14, 14, 34
-PALETTE = ("#2f6fde", "#e0662f", "#18a46b", "#a24fd0", "#d3a10a", "#d0437a", "#2aa7b8", "#6b7280")
+# Tableau 10 with navy for its grey (grey means "no label") and two more, for 12 classes.
+PALETTE = (
+    "#4e79a7", "#f28e2b", "#e15759", "#59a14f", "#b07aa1", "#edc948",
+    "#76b7b2", "#ff9da7", "#9c755f", "#1f3a93", "#8cd17d", "#d37295",
+)  # fmt: skip
+NO_LABEL = "#b8c0cc"
 
 
 def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
@@ -179,13 +184,13 @@ def scatter(points: Sequence[dict], with_images: bool) -> dict[str, Any] | None:
                 "y": y(p["y"]),
                 "name": obj.name,
                 "label": label,
-                "color": colors.get(label, "#8a94a6"),
+                "color": colors.get(label, NO_LABEL),
                 "image": obj.image_url if with_images else None,
                 "title": obj.name + (f" — label {label}" if label is not None else ""),
             }
         )
     legend = [{"label": label, "color": color} for label, color in colors.items()]
-    return {"size": size, "points": drawn, "legend": legend, "thumb": thumb}
+    return {"size": size, "points": drawn, "legend": legend, "thumb": thumb, "no_label": NO_LABEL}
 
 
 def sparkline(counts: Sequence[int], width: int = 120, height: int = 28) -> dict[str, Any]:

@@ -61,7 +61,7 @@ class Filled:
     def train_all(self, engine: Any) -> None:
         with Session(engine) as db:
             for slug, kind, params in (
-                (DIGITS, "tripletboost", {"n_estimators": 300, "cv_folds": 3}),
+                (DIGITS, "tripletboost", {"n_estimators": 2000, "cv_folds": 3}),
                 (DIGITS, "kernel", {}),
                 (DIGITS, "embedding", {}),
                 (RANKED, "svmcompare", {"solver": "dual"}),
