@@ -40,6 +40,10 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     return ticks
 
 
+def _answers(n: int) -> str:
+    return f"{n} answer" if n == 1 else f"{n} answers"
+
+
 def _fmt(value: float) -> str:
     if abs(value) >= 1000:
         return f"{value / 1000:g}k"
@@ -90,7 +94,7 @@ def timeline(points: Sequence[tuple[datetime, int]]) -> dict[str, Any] | None:
                     "y": y(count),
                     "w": round(max(slot * 0.8, 0.8), 2),
                     "h": round(y(0) - y(count), 2),
-                    "title": f"{when:%H:%M} UTC: {count} answers",
+                    "title": f"{when:%H:%M} UTC: {_answers(count)}",
                 }
             )
     every = max(1, math.ceil(n / 10))
@@ -123,7 +127,7 @@ def histogram(bins: Sequence[dict], unit: str = "ms") -> dict[str, Any] | None:
                 "y": y(b["count"]),
                 "w": round(slot * 0.84, 2),
                 "h": round(y(0) - y(b["count"]), 2),
-                "title": f"{label} {unit}: {b['count']} answers ({b['count'] / total:.0%})",
+                "title": f"{label} {unit}: {_answers(b['count'])} ({b['count'] / total:.0%})",
             }
         )
         if i % 2 == 0 or len(bins) <= 6:
