@@ -4,7 +4,10 @@
 "use strict";
 
 (function () {
+  // Every 5 s, or ten times as long as the last page took to arrive if that is longer: a
+  // large project's page must not keep its server busy for a tab someone left open.
   const REFRESH_MS = 5000;
+  let nextDelay = REFRESH_MS;
   const body = document.body;
   const refreshUrl = body.dataset.refresh || "";
   const csrf = (document.querySelector('meta[name="csrf-token"]') || {}).content || "";
@@ -24,6 +27,7 @@
   async function refresh() {
     if (!refreshUrl || refreshing || document.hidden) return;
     refreshing = true;
+    const started = performance.now();
     try {
       const response = await fetch(refreshUrl, {
         headers: { "X-Live": "1" }, credentials: "same-origin", cache: "no-store",
@@ -42,6 +46,7 @@
         }
       });
       body.dataset.refreshed = String(Date.now());
+      nextDelay = Math.max(REFRESH_MS, 10 * (performance.now() - started));
     } catch (error) {
       // The server is restarting or the network blinked: try again on the next tick.
     } finally {
@@ -95,8 +100,12 @@
     setTimeout(function () { button.textContent = label; }, 1500);
   });
 
+  function tick() {
+    refresh().finally(function () { setTimeout(tick, nextDelay); });
+  }
+
   if (refreshUrl) {
-    setInterval(refresh, REFRESH_MS);
+    setTimeout(tick, REFRESH_MS);
     document.addEventListener("visibilitychange", function () { if (!document.hidden) refresh(); });
   }
 })();
