@@ -28,6 +28,7 @@ from app.api import timings
 from app.api.deps import SessionDep, SettingsDep
 from app.api.pages import PAGE_HEADERS, static_version, templates
 from app.api.plans import read_links
+from app.api.plans import update_plan as store_plan
 from app.db.models import ApiKey, Project
 from app.errors import AppError, Forbidden, InvalidInput, NotFound
 from app.schemas.models import PARAMS
@@ -38,7 +39,7 @@ from app.services import dashboard as figures
 from app.services import jobs as job_service
 from app.services.auth import ROLES, create_key, list_keys, revoke_key
 from app.services.issuance import check_plan
-from app.services.projects import get_project, list_projects, lock_project
+from app.services.projects import get_project, list_projects
 
 SESSION_COOKIE = "tl_dashboard"
 SIGNIN_COOKIE = "tl_signin"
@@ -236,12 +237,8 @@ def _project_context(
         "refresh_url": f"/dashboard/projects/{project.slug}",
         "rows": figures.project_rows(db, [project])[0],
         "timeline": charts.timeline(figures.answers_timeline(db, project)),
-        "client_hist": charts.histogram(
-            figures.histogram(db, project, figures.Answer.client_ms, figures.CLIENT_EDGES_MS)
-        ),
-        "server_hist": charts.histogram(
-            figures.histogram(db, project, figures.Answer.server_ms, figures.SERVER_EDGES_MS)
-        ),
+        "client_hist": charts.histogram(figures.response_times(db, project, "client")),
+        "server_hist": charts.histogram(figures.response_times(db, project, "server")),
         "participants": shown,
         "n_participants": n_participants,
         "n_flagged": n_flagged,
@@ -305,7 +302,7 @@ def update_plan(
     error = ""
     try:
         plan = Plan.model_validate(json.loads(text))
-        check_plan(project, plan)
+        check_plan(project, plan)  # here too, so that its refusal shows beside the plan
     except json.JSONDecodeError as exc:
         error = f"not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
     except ValidationError as exc:
@@ -315,10 +312,7 @@ def update_plan(
     except AppError as exc:
         error = exc.detail
     if not error:
-        lock_project(db, project)
-        project.plan = plan.model_dump(mode="json")
-        project.plan_state = None
-        db.commit()
+        store_plan(project, plan, db)  # the API's own route: the same checks and effects
         return _done(request, f"/dashboard/projects/{project.slug}#plan")
     context = _project_context(request, db, settings, key, project)
     context.update(plan_json=text, plan_error=error)

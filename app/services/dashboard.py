@@ -159,6 +159,14 @@ def histogram(db: Session, project: Project, column: Any, edges: tuple[int, ...]
     return bins
 
 
+def response_times(db: Session, project: Project, side: str) -> list[dict]:
+    """Histogram of response times as the worker's browser measured them (``client``) or
+    as the server spent them storing each answer (``server``)."""
+    if side == "client":
+        return histogram(db, project, Answer.client_ms, CLIENT_EDGES_MS)
+    return histogram(db, project, Answer.server_ms, SERVER_EDGES_MS)
+
+
 def strategy_progress(db: Session, project: Project) -> list[dict]:
     """Per strategy of the plan: questions created against its budget, answers against
     the answers wanted."""
