@@ -281,6 +281,12 @@ def test_ranking_project_shows_svmcompare_ranking_to_its_researcher(filled, page
     assert ranking.count() == 24
     assert f"item 0 {XSS}" in page.locator("#ranking").text_content()
     assert page.locator("#models figure").count() == 1  # svmcompare's learning curve
+    # The plan editor shows a refusal beside the plan and keeps what was typed.
+    page.fill("#plan-json", '{"strategies": [{"kind": "pairs", "weight": -1}]}')
+    page.click("#plan-form button[type=submit]")
+    assert "weight" in page.text_content("#plan-error")
+    assert '"weight": -1' in page.input_value("#plan-json")
+    assert filled.api.get(f"/api/projects/{RANKED}/plan").json()["strategies"][0]["weight"] == 1
     # Another's project answers 404, and the admin page does not exist for a researcher.
     assert page.goto(f"{filled.url}/dashboard/projects/{DIGITS}").status == 404
     assert page.goto(f"{filled.url}/dashboard/admin").status == 404
