@@ -36,7 +36,7 @@ from app.simulate import simulate
 from tests.browser.conftest import REPO, SERVER_START_TIMEOUT
 from tests.browser.support import free_port
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # the fixture fills and trains: ~1 min
 
 XSS = '<img src=x onerror="window.__xss=1">'
 SCRIPT = "<script>window.__xss=2</script>"
