@@ -62,6 +62,40 @@ def keys_create(
     typer.echo(secret)
 
 
+@keys_app.command("list")
+def keys_list() -> None:
+    """List the API keys: id, role, name, first characters, created, last used, revoked."""
+    from app.services.auth import list_keys
+
+    with _session() as db:
+        keys = list_keys(db)
+    typer.echo(f"{'id':>4}  {'role':<10}  {'key':<12}  {'created':<16}  {'last used':<16}  name")
+    for key in keys:
+        used = f"{key.last_used_at:%Y-%m-%d %H:%M}" if key.last_used_at else "never"
+        state = "  (revoked)" if key.revoked else ""
+        typer.echo(
+            f"{key.id:>4}  {key.role:<10}  {key.prefix + '…':<12}  "
+            f"{key.created_at:%Y-%m-%d %H:%M}  {used:<16}  {key.name}{state}"
+        )
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    key_id: Annotated[int, typer.Argument(help="The key's id (see `tripletlab keys list`).")],
+) -> None:
+    """Revoke a key: its API calls get 401 and its dashboard sessions end at once."""
+    from app.errors import AppError
+    from app.services.auth import revoke_key
+
+    with _session() as db:
+        try:
+            key = revoke_key(db, key_id)
+        except AppError as error:
+            typer.echo(f"error: {error.detail}", err=True)
+            raise typer.Exit(2) from error
+    typer.echo(f"revoked {key.role} key #{key.id} ({key.prefix}…) {key.name}".rstrip())
+
+
 @app.command()
 def demo() -> None:
     """Create the digits demo project (if it does not exist) and print its worker link."""
@@ -211,6 +245,7 @@ def serve(
         typer.echo("First start: created an admin API key. Store it now; it is not shown again:")
         typer.echo(f"    {secret}")
     typer.echo(f"Triplet Lab on http://{host}:{port}  (API docs: http://{host}:{port}/docs)")
+    typer.echo(f"Dashboard: http://{host}:{port}/dashboard  (sign in with an API key)")
     if settings.demo:
         typer.echo(f"Demo worker page: http://{host}:{port}/w/{DEMO_SLUG}")
     uvicorn.run(

@@ -63,6 +63,13 @@ class Settings(BaseSettings):
         "and kept in `<data_dir>/secret.key`; set it when several app processes serve "
         "one database.",
     )
+    dashboard_session_hours: float = Field(
+        default=12.0,
+        gt=0,
+        le=24 * 30,
+        description="How long a dashboard sign-in lasts, in hours (revoking the key or "
+        "signing out ends it at once).",
+    )
     demo: bool = Field(
         default=True,
         description="Create the digits demo project on `tripletlab serve` if it does not exist.",

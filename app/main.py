@@ -11,6 +11,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app.api import (
     answers,
+    dashboard,
     objects,
     pages,
     participants,
@@ -20,6 +21,7 @@ from app.api import (
     training,
     worker,
 )
+from app.api.timings import RouteTimings
 from app.api.uploads import BodySizeLimit
 from app.config import Settings, get_settings
 from app.errors import install_error_handlers
@@ -51,6 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=int(settings.max_upload_mb * 2**20))
+    app.add_middleware(RouteTimings)
     for router in (
         projects.router,
         objects.router,
@@ -63,6 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         predictions.router,
     ):
         app.include_router(router)
+    dashboard.install_dashboard(app)
     media = settings.data_dir / "media"
     media.mkdir(parents=True, exist_ok=True)
     app.mount("/media", StaticFiles(directory=media), name="media")

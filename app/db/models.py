@@ -74,6 +74,20 @@ class ApiKey(Base):
     prefix: Mapped[str] = mapped_column(String(12))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Refreshed at most once a minute (see services/auth.py), so reads stay reads.
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class DashboardSession(Base):
+    """A browser signed in to the dashboard with an API key; the cookie holds the token,
+    the table only its hash. Revoking the key ends the session (checked on every request)."""
+
+    __tablename__ = "dashboard_sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 of the cookie
+    key_id: Mapped[int] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
 class Project(Base):
