@@ -155,11 +155,20 @@ def simulate(
         typer.Option(envvar="TRIPLETLAB_API_KEY", help="A researcher key (to read features)."),
     ] = "",
     seed: Annotated[int, typer.Option(help="Seed of the simulated answers.")] = 0,
+    tie_margin: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Pairs whose quality differs by less than this many standard deviations are "
+            "answered 'about the same' (1.0: about half of random pairs, as people give ties).",
+        ),
+    ] = 1.0,
 ) -> None:
     """Play simulated crowd workers against a running server through the worker API,
     answering from the objects' feature vectors (answers are recorded as `simulated`)."""
     from rich.progress import Progress
 
+    from app.simulate import SimulationError
     from app.simulate import simulate as run_simulation
 
     if not api_key:
@@ -167,12 +176,16 @@ def simulate(
         raise typer.Exit(2)
     settings = get_settings()
     base = url or f"http://{settings.host}:{settings.port}"
-    with Progress() as bar:
-        task = bar.add_task(f"simulating {workers} workers", total=answers)
-        result = run_simulation(
-            base, project, api_key, workers=workers, answers=answers, noise=noise, seed=seed,
-            on_answer=lambda done: bar.update(task, completed=done),
-        )  # fmt: skip
+    try:
+        with Progress() as bar:
+            task = bar.add_task(f"simulating {workers} workers", total=answers)
+            result = run_simulation(
+                base, project, api_key, workers=workers, answers=answers, noise=noise, seed=seed,
+                tie_margin=tie_margin, on_answer=lambda done: bar.update(task, completed=done),
+            )  # fmt: skip
+    except SimulationError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
     latencies = sorted(result.latencies_ms) or [0.0]
     typer.echo(
         f"{result.answers} answers in {result.sessions} sessions; "

@@ -77,6 +77,15 @@ def test_untrainable_requests_are_422(
     assert jobs(db) == 0
 
 
+def test_svmcompare_without_ties_is_422_saying_what_it_found(client, auth_headers, project, db):
+    pairs = [[i % 10, (i + 1) % 10, 1 if i % 2 else -1] for i in range(30)]
+    add(client, auth_headers, WITH_FEATURES, (), pairs)
+    response = request(client, auth_headers, "svmcompare")
+    assert response.status_code == 422, response.text
+    assert "found 0 ties among 30 pair answers (0%)" in response.json()["detail"]
+    assert jobs(db) == 0
+
+
 def test_unknown_kind_is_422(client, auth_headers, project, db):
     response = request(client, auth_headers, "deep-learning")
     assert response.status_code == 422
