@@ -91,10 +91,26 @@ def simulate(
     seed: int = 0,
     think_ms: float = 0.0,
     on_answer: Callable[[int], None] | None = None,
+    objects: tuple[np.ndarray, np.ndarray] | None = None,
+    client_factory: Callable[[], httpx.Client] | None = None,
 ) -> SimulationResult:
-    """Answer ``answers`` questions with ``workers`` concurrent simulated workers."""
-    with httpx.Client(base_url=base_url, timeout=30) as client:
-        X, targets = fetch_objects(client, slug, api_key)
+    """Answer ``answers`` questions with ``workers`` concurrent simulated workers.
+
+    ``objects`` (features, targets) spares reading them over the API; ``client_factory``
+    makes each worker's HTTP client (default: one to ``base_url``; the demo passes clients
+    of the app in this process).
+    """
+
+    def connect() -> httpx.Client:
+        if client_factory is not None:
+            return client_factory()
+        return httpx.Client(base_url=base_url, timeout=30)
+
+    if objects is None:
+        with connect() as client:
+            X, targets = fetch_objects(client, slug, api_key)
+    else:
+        X, targets = objects
     oracle = make_oracle(X, noise=noise, random_state=seed)
     quality = targets if not np.isnan(targets).any() else X.sum(axis=1)
     margin = tie_margin * float(np.std(quality) or 1.0)
@@ -115,7 +131,7 @@ def simulate(
             result.answers -= 1
 
     def work(number: int) -> None:
-        with httpx.Client(base_url=base_url, timeout=30) as client:
+        with connect() as client:
             generation = 0
             while True:
                 participant = f"sim-{seed}-{number}-{generation}"
@@ -186,3 +202,39 @@ def simulate(
     for thread in threads:
         thread.join()
     return result
+
+
+def simulate_in_process(
+    slug: str,
+    objects: tuple[np.ndarray, np.ndarray],
+    *,
+    answers: int,
+    workers: int = 4,
+    noise: float = 0.1,
+    seed: int = 0,
+    on_answer: Callable[[int], None] | None = None,
+) -> SimulationResult:
+    """:func:`simulate` against the app in this process (no server needed): the same worker
+    API, plan, quality checks and recording, through Starlette's in-process client."""
+    import warnings
+
+    with warnings.catch_warnings():  # Starlette's notice about httpx, not ours to act on
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    from app.config import get_settings
+    from app.main import create_app
+
+    app = create_app(get_settings().model_copy(update={"run_jobs": False}))
+    return simulate(
+        "http://in-process",
+        slug,
+        "",
+        workers=workers,
+        answers=answers,
+        noise=noise,
+        seed=seed,
+        on_answer=on_answer,
+        objects=objects,
+        client_factory=lambda: TestClient(app, base_url="http://in-process"),
+    )

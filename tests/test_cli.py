@@ -192,6 +192,36 @@ def test_simulated_pairs_hold_ties_the_way_people_give_them(server):
     assert {-1, 1} <= set(outcomes)
 
 
+def test_demo_with_simulated_answers_trains_every_kind_it_can(env):
+    """`demo --simulate N`: N answers through the worker API, a model of every trainable kind
+    at N/4, N/2 and N answers (a learning curve), and why the others were not trained."""
+    from sqlalchemy import select
+
+    from app.db.models import Answer, Model
+    from app.db.session import make_engine, session_factory
+
+    run(env, "db", "upgrade")
+    filled = run(env, "demo", "--simulate", "120")
+    assert filled.returncode == 0, filled.stderr + filled.stdout
+    assert "Traceback" not in filled.stderr and "Warning" not in filled.stderr
+    assert "120 simulated answers" in filled.stdout
+    assert "svmcompare not trained: svmcompare needs at least 20 pair answers" in filled.stdout
+    engine = make_engine(env["TRIPLETLAB_DATABASE_URL"])
+    try:
+        with session_factory(engine)() as db:
+            sources = set(db.scalars(select(Answer.source)))
+            models = db.execute(select(Model.kind, Model.version, Model.n_answers)).all()
+    finally:
+        engine.dispose()
+    assert sources == {"simulated"}
+    curves: dict[str, list[int]] = {}
+    for kind, _version, n_answers in sorted(models):
+        curves.setdefault(kind, []).append(n_answers)
+    assert set(curves) == {"embedding", "kernel", "metricboost", "tripletboost"}
+    for kind, seen in curves.items():
+        assert len(seen) == 3 and seen[0] < seen[1] < seen[2] <= 120, (kind, seen)
+
+
 def test_demo_plan_is_runnable(env):
     """The demo's plan mixes random triplets, a k1 landmark design and gold checks."""
     from app.db.models import Project
