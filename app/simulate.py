@@ -225,7 +225,15 @@ def simulate_in_process(
     from app.config import get_settings
     from app.main import create_app
 
-    app = create_app(get_settings().model_copy(update={"run_jobs": False}))
+    settings = get_settings()
+    # One local "client" plays every worker: per-address and per-session rate limits of the
+    # worker API (where the settings have them) are for the crowd, not for this.
+    unlimited = {
+        name: 0.0
+        for name in ("worker_rate_session", "worker_rate_address")
+        if name in type(settings).model_fields
+    }
+    app = create_app(settings.model_copy(update={"run_jobs": False, **unlimited}))
     return simulate(
         "http://in-process",
         slug,
