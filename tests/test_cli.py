@@ -138,6 +138,9 @@ def test_simulate_then_train_from_the_command_line(server):
     refused = run(env, "train", "digits-demo", "svmcompare")
     assert refused.returncode == 2
     assert "pair answers" in refused.stderr
+    unknown = run(env, "train", "digits-demo", "psychic")
+    assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
+    assert "unknown model kind 'psychic'; the kinds are embedding, kernel" in unknown.stderr
 
 
 def test_simulate_says_in_one_line_what_stops_it(server):
