@@ -97,7 +97,18 @@ def keys_revoke(
 
 
 @app.command()
-def demo() -> None:
+def demo(
+    simulate: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=100_000,
+            help="Also give N simulated answers (in this process, through the worker API) and "
+            "train every kind the answers allow at N/4, N/2 and N answers: a learning curve.",
+        ),
+    ] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated answers.")] = 0,
+) -> None:
     """Create the digits demo project (if it does not exist) and print its worker link."""
     from app.services.demo import DEMO_SLUG, create_demo
 
@@ -106,7 +117,70 @@ def demo() -> None:
     settings = get_settings()
     state = "created" if created else "already exists"
     typer.echo(f"demo project {DEMO_SLUG!r} {state}")
+    if simulate:
+        _fill_demo(DEMO_SLUG, simulate, seed)
     typer.echo(f"worker page: http://{settings.host}:{settings.port}/w/{DEMO_SLUG}")
+
+
+def _fill_demo(slug: str, answers: int, seed: int) -> None:
+    """Simulated answers in three rounds, each followed by one model of every trainable kind."""
+    import numpy as np
+    from rich.progress import Progress
+    from sqlalchemy import select
+
+    from app.db.models import Model, Object
+    from app.errors import AppError
+    from app.services.projects import get_project
+    from app.simulate import simulate_in_process
+    from app.training.kinds import KINDS
+    from app.training.run import train_now
+
+    with _session() as db:
+        project = get_project(db, slug)
+        rows = db.scalars(
+            select(Object).where(Object.project_id == project.id).order_by(Object.index)
+        ).all()
+    features = np.array([o.features for o in rows], dtype=float)
+    targets = np.array([np.nan if o.target is None else o.target for o in rows])
+    skipped: dict[str, str] = {}
+    given = 0
+    for round_number, goal in enumerate(sorted({max(1, answers * k // 4) for k in (1, 2, 4)})):
+        wanted = goal - given
+        with Progress(transient=True) as bar:
+            task = bar.add_task(f"simulating answers {given + 1}–{goal}", total=wanted)
+            result = simulate_in_process(
+                slug, (features, targets), answers=wanted, seed=seed * 1000 + round_number,
+                on_answer=lambda done, task=task: bar.update(task, completed=done),
+            )  # fmt: skip
+        if result.errors:
+            typer.echo(f"error: a simulated answer was refused: {result.errors[0]}", err=True)
+            raise typer.Exit(1)
+        given += result.answers
+        typer.echo(f"{given} simulated answers")
+        with _session() as db:
+            project = get_project(db, slug)
+            for kind in KINDS:
+                try:
+                    job = train_now(db, project, kind, {})
+                except AppError as error:
+                    skipped[kind] = error.detail
+                    continue
+                skipped.pop(kind, None)
+                if job.status != "succeeded":
+                    typer.echo(f"  {kind}: job {job.id} {job.status}: {job.error}", err=True)
+                    continue
+                model = db.get(Model, job.model_id)
+                figures = ", ".join(
+                    f"{name} {value:.3f}"
+                    for name, value in model.metrics.items()
+                    if "accuracy" in name and isinstance(value, float)
+                )
+                typer.echo(f"  {kind} v{model.version} from {model.n_answers} answers: {figures}")
+        if result.answers < wanted:
+            break  # the plan has nothing more to ask
+    for kind, reason in skipped.items():
+        typer.echo(f"  {kind} not trained: {reason}")
+    typer.echo(f"learning curves: GET /api/projects/{slug}/models")
 
 
 def _parse_params(pairs: list[str]) -> dict:
@@ -189,11 +263,20 @@ def simulate(
         typer.Option(envvar="TRIPLETLAB_API_KEY", help="A researcher key (to read features)."),
     ] = "",
     seed: Annotated[int, typer.Option(help="Seed of the simulated answers.")] = 0,
+    tie_margin: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Pairs whose quality differs by less than this many standard deviations are "
+            "answered 'about the same' (1.0: about half of random pairs, as people give ties).",
+        ),
+    ] = 1.0,
 ) -> None:
     """Play simulated crowd workers against a running server through the worker API,
     answering from the objects' feature vectors (answers are recorded as `simulated`)."""
     from rich.progress import Progress
 
+    from app.simulate import SimulationError
     from app.simulate import simulate as run_simulation
 
     if not api_key:
@@ -201,12 +284,16 @@ def simulate(
         raise typer.Exit(2)
     settings = get_settings()
     base = url or f"http://{settings.host}:{settings.port}"
-    with Progress() as bar:
-        task = bar.add_task(f"simulating {workers} workers", total=answers)
-        result = run_simulation(
-            base, project, api_key, workers=workers, answers=answers, noise=noise, seed=seed,
-            on_answer=lambda done: bar.update(task, completed=done),
-        )  # fmt: skip
+    try:
+        with Progress() as bar:
+            task = bar.add_task(f"simulating {workers} workers", total=answers)
+            result = run_simulation(
+                base, project, api_key, workers=workers, answers=answers, noise=noise, seed=seed,
+                tie_margin=tie_margin, on_answer=lambda done: bar.update(task, completed=done),
+            )  # fmt: skip
+    except SimulationError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
     latencies = sorted(result.latencies_ms) or [0.0]
     typer.echo(
         f"{result.answers} answers in {result.sessions} sessions; "

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 TRIPLETLAB = str(Path(sys.executable).with_name("tripletlab"))
@@ -137,6 +138,91 @@ def test_simulate_then_train_from_the_command_line(server):
     refused = run(env, "train", "digits-demo", "svmcompare")
     assert refused.returncode == 2
     assert "pair answers" in refused.stderr
+    unknown = run(env, "train", "digits-demo", "psychic")
+    assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
+    assert "unknown model kind 'psychic'; the kinds are embedding, kernel" in unknown.stderr
+
+
+def test_simulate_says_in_one_line_what_stops_it(server):
+    env, base, output = server
+    key = next(line.strip() for line in output.splitlines() if line.strip().startswith("tl_"))
+    headers = {"Authorization": f"Bearer {key}"}
+    env = {**env, "TRIPLETLAB_API_KEY": key}
+    unknown = run(env, "simulate", "no-such-project", "--answers", "5", "--url", base)
+    assert unknown.returncode == 2
+    assert "Traceback" not in unknown.stderr
+    assert unknown.stderr.strip().startswith("error: cannot read the objects of project")
+    assert "no-such-project" in unknown.stderr and "404" in unknown.stderr
+    project = {"slug": "plain-objects", "name": "no features"}
+    assert httpx.post(f"{base}/api/projects", json=project, headers=headers).status_code == 201
+    objects = [{"name": f"o{i}"} for i in range(5)]
+    created = httpx.post(
+        f"{base}/api/projects/plain-objects/objects", json=objects, headers=headers
+    )
+    assert created.status_code == 201
+    plain = run(env, "simulate", "plain-objects", "--answers", "5", "--url", base)
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    assert "5 of the 5 objects of 'plain-objects' have none" in plain.stderr
+    nobody = run(env, "simulate", "digits-demo", "--url", f"http://127.0.0.1:{free_port()}")
+    assert nobody.returncode == 2 and "Traceback" not in nobody.stderr
+    assert "cannot reach the server" in nobody.stderr
+
+
+def test_simulated_pairs_hold_ties_the_way_people_give_them(server):
+    """The default tie margin (1 sd) makes about half of random pairs "about the same"."""
+    env, base, output = server
+    key = next(line.strip() for line in output.splitlines() if line.strip().startswith("tl_"))
+    headers = {"Authorization": f"Bearer {key}"}
+    project = {"slug": "pairs-study", "name": "pairs"}
+    assert httpx.post(f"{base}/api/projects", json=project, headers=headers).status_code == 201
+    rng = np.random.default_rng(0)
+    objects = [{"name": f"o{i}", "features": rng.normal(size=3).tolist()} for i in range(40)]
+    created = httpx.post(f"{base}/api/projects/pairs-study/objects", json=objects, headers=headers)
+    assert created.status_code == 201
+    plan = {"strategies": [{"kind": "pairs", "weight": 1}], "repeat_rate": 0}
+    planned = httpx.put(f"{base}/api/projects/pairs-study/plan", json=plan, headers=headers)
+    assert planned.status_code == 200, planned.text
+    simulated = run(
+        {**env, "TRIPLETLAB_API_KEY": key},
+        "simulate", "pairs-study", "--workers", "2", "--answers", "200", "--noise", "0",
+        "--url", base,
+    )  # fmt: skip
+    assert simulated.returncode == 0, simulated.stderr + simulated.stdout
+    exported = httpx.get(f"{base}/api/projects/pairs-study/answers", headers=headers).json()
+    outcomes = [row["outcome"] for row in exported if row["kind"] == "pair"]
+    assert len(outcomes) == 200
+    assert 0.3 < outcomes.count(0) / len(outcomes) < 0.7
+    assert {-1, 1} <= set(outcomes)
+
+
+def test_demo_with_simulated_answers_trains_every_kind_it_can(env):
+    """`demo --simulate N`: N answers through the worker API, a model of every trainable kind
+    at N/4, N/2 and N answers (a learning curve), and why the others were not trained."""
+    from sqlalchemy import select
+
+    from app.db.models import Answer, Model
+    from app.db.session import make_engine, session_factory
+
+    run(env, "db", "upgrade")
+    filled = run(env, "demo", "--simulate", "120")
+    assert filled.returncode == 0, filled.stderr + filled.stdout
+    assert "Traceback" not in filled.stderr and "Warning" not in filled.stderr
+    assert "120 simulated answers" in filled.stdout
+    assert "svmcompare not trained: svmcompare needs at least 20 pair answers" in filled.stdout
+    engine = make_engine(env["TRIPLETLAB_DATABASE_URL"])
+    try:
+        with session_factory(engine)() as db:
+            sources = set(db.scalars(select(Answer.source)))
+            models = db.execute(select(Model.kind, Model.version, Model.n_answers)).all()
+    finally:
+        engine.dispose()
+    assert sources == {"simulated"}
+    curves: dict[str, list[int]] = {}
+    for kind, _version, n_answers in sorted(models):
+        curves.setdefault(kind, []).append(n_answers)
+    assert set(curves) == {"embedding", "kernel", "metricboost", "tripletboost"}
+    for kind, seen in curves.items():
+        assert len(seen) == 3 and seen[0] < seen[1] < seen[2] <= 120, (kind, seen)
 
 
 def test_demo_plan_is_runnable(env):

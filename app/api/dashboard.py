@@ -31,15 +31,15 @@ from app.api.plans import read_links
 from app.api.plans import update_plan as store_plan
 from app.db.models import ApiKey, Project
 from app.errors import AppError, Forbidden, InvalidInput, NotFound
-from app.schemas.models import PARAMS
 from app.schemas.plans import Plan
 from app.services import answers as answer_service
 from app.services import charts, quality, signin
 from app.services import dashboard as figures
-from app.services import jobs as job_service
 from app.services.auth import ROLES, create_key, list_keys, revoke_key
 from app.services.issuance import check_plan
 from app.services.projects import get_project, list_projects
+from app.training import jobs as job_service
+from app.training.kinds import KINDS
 
 SESSION_COOKIE = "tl_dashboard"
 SIGNIN_COOKIE = "tl_signin"
@@ -263,7 +263,7 @@ def _project_context(
         "objects": objects,
         "ranking": figures.ranking(db, project),
         "jobs": figures.jobs_of(db, project),
-        "kinds": list(PARAMS),
+        "kinds": list(KINDS),
     }
 
 
@@ -324,8 +324,8 @@ def train(
     request: Request, db: SessionDep, project: DashboardProject, form: CheckedForm
 ) -> Response:
     kind = form.get("kind", "")
-    if kind not in PARAMS:
-        raise InvalidInput(f"kind must be one of {', '.join(PARAMS)}, got {kind!r}")
+    if kind not in KINDS:
+        raise InvalidInput(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     job = job_service.create_job(db, project, kind, {}, trigger="request")
     return _done(request, f"/dashboard/projects/{project.slug}#jobs", {"job": job.id})
 

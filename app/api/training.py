@@ -8,9 +8,10 @@ from fastapi import APIRouter, Query, status
 from sqlalchemy import select
 
 from app.api.deps import CurrentKey, OwnedProject, SessionDep
-from app.db.models import Project
+from app.db.models import Job, Project
 from app.schemas.models import (
     JobPublic,
+    JobsPublic,
     ModelKind,
     ModelPublic,
     ModelsPublic,
@@ -24,12 +25,25 @@ from app.training import retrain as retrain_service
 router = APIRouter(tags=["training"])
 
 
+JobStatus = Annotated[str | None, Query(pattern="^(queued|running|succeeded|failed|cancelled)$")]
+Offset = Annotated[int, Query(ge=0, le=2**31 - 1)]
+Limit = Annotated[int, Query(ge=1, le=1000)]
+
+
+def _public(db: SessionDep, jobs: list[Job]) -> list[JobPublic]:
+    slugs = job_service.project_slugs(db, jobs)
+    return [
+        JobPublic.model_validate(job).model_copy(update={"project_slug": slugs[job.project_id]})
+        for job in jobs
+    ]
+
+
 @router.post(
     "/api/projects/{slug}/models", status_code=status.HTTP_202_ACCEPTED, response_model=JobPublic
 )
 def create_model(project: OwnedProject, data: TrainRequest, db: SessionDep) -> JobPublic:
     """Queue a training job; 422 says what is missing if it could not succeed."""
-    return job_service.create_job(db, project, data.kind, data.params)
+    return _public(db, [job_service.create_job(db, project, data.kind, data.params)])[0]
 
 
 @router.get("/api/projects/{slug}/models", response_model=ModelsPublic)
@@ -46,16 +60,17 @@ def read_latest_model(project: OwnedProject, db: SessionDep, kind: ModelKind) ->
     return model_service.latest_model(db, project, kind)
 
 
-@router.get("/api/projects/{slug}/jobs", response_model=list[JobPublic])
+@router.get("/api/projects/{slug}/jobs", response_model=JobsPublic)
 def read_jobs(
     project: OwnedProject,
     db: SessionDep,
-    status: Annotated[
-        str | None, Query(pattern="^(queued|running|succeeded|failed|cancelled)$")
-    ] = None,
-) -> list[JobPublic]:
-    """The project's jobs, newest first (optionally of one status)."""
-    return job_service.list_jobs(db, project, status)
+    status: JobStatus = None,
+    offset: Offset = 0,
+    limit: Limit = 200,
+) -> JobsPublic:
+    """The project's jobs, newest first (optionally of one status), a page at a time."""
+    jobs, total = job_service.find_jobs(db, {project.id}, status, offset, limit)
+    return JobsPublic(data=_public(db, jobs), count=total)
 
 
 def _owned_project_ids(db: SessionDep, key: CurrentKey) -> set[int] | None:
@@ -64,16 +79,29 @@ def _owned_project_ids(db: SessionDep, key: CurrentKey) -> set[int] | None:
     return set(db.scalars(select(Project.id).where(Project.owner_id == key.id)))
 
 
+@router.get("/api/jobs", response_model=JobsPublic)
+def read_all_jobs(
+    db: SessionDep,
+    key: CurrentKey,
+    status: JobStatus = None,
+    offset: Offset = 0,
+    limit: Limit = 200,
+) -> JobsPublic:
+    """The caller's jobs across their projects (an admin's: every job), newest first."""
+    jobs, total = job_service.find_jobs(db, _owned_project_ids(db, key), status, offset, limit)
+    return JobsPublic(data=_public(db, jobs), count=total)
+
+
 @router.get("/api/jobs/{job_id}", response_model=JobPublic)
 def read_job(job_id: int, db: SessionDep, key: CurrentKey) -> JobPublic:
-    return job_service.get_job(db, job_id, _owned_project_ids(db, key))
+    return _public(db, [job_service.get_job(db, job_id, _owned_project_ids(db, key))])[0]
 
 
 @router.delete("/api/jobs/{job_id}", response_model=JobPublic)
 def cancel_job(job_id: int, db: SessionDep, key: CurrentKey) -> JobPublic:
     """Cancel a queued or running job (a finished one is returned unchanged)."""
     job = job_service.get_job(db, job_id, _owned_project_ids(db, key))
-    return job_service.cancel_job(db, job)
+    return _public(db, [job_service.cancel_job(db, job)])[0]
 
 
 @router.put("/api/projects/{slug}/retrain")

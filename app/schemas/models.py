@@ -27,6 +27,8 @@ class JobPublic(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
     id: int
+    project_id: int
+    project_slug: str = Field(default="", description="The slug of the job's project.")
     kind: str
     params: dict[str, Any]
     status: str
@@ -38,6 +40,11 @@ class JobPublic(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+
+class JobsPublic(BaseModel):
+    data: list[JobPublic]
+    count: int = Field(description="Jobs matching the request in all (``data`` is one page).")
 
 
 class ModelPublic(BaseModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from pydantic import ValidationError
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from app.db.models import Job, Project, utcnow
@@ -58,10 +58,30 @@ def get_job(db: Session, job_id: int, project_ids: set[int] | None = None) -> Jo
 def list_jobs(
     db: Session, project: Project, status: str | None = None, limit: int = 200
 ) -> list[Job]:
-    statement = select(Job).where(Job.project_id == project.id)
+    return find_jobs(db, {project.id}, status, 0, limit)[0]
+
+
+def find_jobs(
+    db: Session, project_ids: set[int] | None, status: str | None, offset: int, limit: int
+) -> tuple[list[Job], int]:
+    """One page of the jobs of ``project_ids`` (None: every project), newest first, and how
+    many match in all."""
+    where = []
+    if project_ids is not None:
+        where.append(Job.project_id.in_(project_ids))
     if status:
-        statement = statement.where(Job.status == status)
-    return list(db.scalars(statement.order_by(Job.id.desc()).limit(limit)))
+        where.append(Job.status == status)
+    total = db.scalar(select(func.count()).select_from(Job).where(*where)) or 0
+    page = db.scalars(select(Job).where(*where).order_by(Job.id.desc()).offset(offset).limit(limit))
+    return list(page), total
+
+
+def project_slugs(db: Session, jobs: list[Job]) -> dict[int, str]:
+    """The slugs of the jobs' projects, by project id, in one query."""
+    ids = {job.project_id for job in jobs}
+    if not ids:
+        return {}
+    return dict(db.execute(select(Project.id, Project.slug).where(Project.id.in_(ids))).all())
 
 
 def cancel_job(db: Session, job: Job) -> Job:

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from app.db.models import Job, Model, Project, utcnow
 from app.db.session import begin_write
 from app.training.data import load_training_data
-from app.training.jobs import parse_params
+from app.training.jobs import claim_job, create_job, parse_params
 from app.training.kinds import get_kind
 
 PROGRESS_EVERY_S = 0.5
@@ -147,3 +147,21 @@ def run_training(
         )
         db.commit()
         return "failed"
+
+
+def train_now(
+    db: Session,
+    project: Project,
+    kind: str,
+    params: dict,
+    trigger: str = "cli",
+    progress: Callable[[float, str], None] | None = None,
+) -> Job:
+    """Queue a job (422 if it could not succeed), run it in this process, and return it."""
+    job = create_job(db, project, kind, params, trigger=trigger)
+    claim_job(db, job.id)
+    run_training(db, job.id, extra_progress=progress)
+    db.expire_all()  # the job's row was updated by the training code's own statements
+    finished = db.get(Job, job.id)
+    assert finished is not None
+    return finished

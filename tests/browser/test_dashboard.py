@@ -30,9 +30,9 @@ from app.db.migrate import upgrade
 from app.db.models import Job, Object, Project
 from app.db.session import make_engine
 from app.services.auth import create_key
-from app.services.jobs import claim_job, create_job
-from app.services.training import run_training
 from app.simulate import simulate
+from app.training.jobs import claim_job, create_job
+from app.training.run import run_training
 from tests.browser.conftest import REPO, SERVER_START_TIMEOUT
 from tests.browser.support import free_port
 

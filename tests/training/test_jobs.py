@@ -46,7 +46,8 @@ def test_job_succeeds_in_the_process_pool_and_names_its_model(live, engine, pool
     assert done["status"] == "succeeded", done["error"]
     assert done["progress"] == 1.0
     listed = client.get(f"/api/projects/{study.slug}/jobs", headers=headers).json()
-    assert [j["id"] for j in listed] == [job["id"]]
+    assert [j["id"] for j in listed["data"]] == [job["id"]] and listed["count"] == 1
+    assert listed["data"][0]["project_slug"] == study.slug
     assert done["started_at"] and done["finished_at"]
     models = client.get(f"/api/projects/{study.slug}/models", headers=headers).json()["data"]
     assert [m["id"] for m in models] == [done["model_id"]]

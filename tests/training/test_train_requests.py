@@ -77,6 +77,15 @@ def test_untrainable_requests_are_422(
     assert jobs(db) == 0
 
 
+def test_svmcompare_without_ties_is_422_saying_what_it_found(client, auth_headers, project, db):
+    pairs = [[i % 10, (i + 1) % 10, 1 if i % 2 else -1] for i in range(30)]
+    add(client, auth_headers, WITH_FEATURES, (), pairs)
+    response = request(client, auth_headers, "svmcompare")
+    assert response.status_code == 422, response.text
+    assert "found 0 ties among 30 pair answers (0%)" in response.json()["detail"]
+    assert jobs(db) == 0
+
+
 def test_unknown_kind_is_422(client, auth_headers, project, db):
     response = request(client, auth_headers, "deep-learning")
     assert response.status_code == 422
@@ -111,3 +120,39 @@ def test_kernel_landmarks_need_enough_design_triplets(client, auth_headers, proj
     assert response.status_code == 422
     assert "fit the k1 landmark design" in response.json()["detail"]
     assert jobs(db) == 0
+
+
+def test_jobs_lists_are_data_and_count_and_span_the_callers_projects(
+    client, auth_headers, admin_headers, project, db
+):
+    from app.services.auth import create_key
+
+    add(client, auth_headers, WITH_FEATURES, random_triplets(10, 30))
+    mine = [request(client, auth_headers, "kernel").json() for _ in range(3)]
+    assert all(job["project_slug"] == "train" for job in mine)
+    _, other = create_key(db, "researcher", "another researcher")
+    other_headers = {"Authorization": f"Bearer {other}"}
+    make_project(client, other_headers, "theirs")
+    client.post("/api/projects/theirs/objects", json=WITH_FEATURES, headers=other_headers)
+    body = {"triplets": random_triplets(10, 30), "pairs": []}
+    client.post("/api/projects/theirs/answers", json=body, headers=other_headers)
+    theirs = client.post(
+        "/api/projects/theirs/models", json={"kind": "embedding"}, headers=other_headers
+    ).json()
+
+    listed = client.get("/api/jobs", headers=auth_headers).json()
+    assert listed == client.get("/api/projects/train/jobs", headers=auth_headers).json()
+    assert [j["id"] for j in listed["data"]] == [j["id"] for j in reversed(mine)]
+    assert listed["count"] == 3
+    page = client.get("/api/jobs?offset=1&limit=1", headers=auth_headers).json()
+    assert page["count"] == 3 and [j["id"] for j in page["data"]] == [mine[1]["id"]]
+    assert client.get("/api/jobs?status=failed", headers=auth_headers).json() == {
+        "data": [],
+        "count": 0,
+    }
+    everything = client.get("/api/jobs", headers=admin_headers).json()
+    seen = {j["id"]: j["project_slug"] for j in everything["data"]}
+    assert seen[theirs["id"]] == "theirs" and all(seen[j["id"]] == "train" for j in mine)
+    assert client.get("/api/jobs?limit=0", headers=auth_headers).status_code == 422
+    assert client.get("/api/jobs?status=done", headers=auth_headers).status_code == 422
+    assert client.get("/api/jobs").status_code == 401
