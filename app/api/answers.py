@@ -33,8 +33,8 @@ async def import_answers(
     upload = await read_upload(request, AnswersImport)
     if upload.json is not None:
         triplets, pairs = upload.json.triplets, upload.json.pairs
-    else:
-        triplets, pairs = service.parse_answers_csv(upload.content)
+    else:  # parsed in a worker thread, never on the event loop
+        triplets, pairs = await run_in_threadpool(service.parse_answers_csv, upload.file)
     n_triplets, n_pairs = await run_in_threadpool(
         service.import_answers, db, project, triplets, pairs
     )

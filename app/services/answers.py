@@ -6,6 +6,7 @@ import csv
 import io
 import json
 from collections.abc import Iterator
+from typing import BinaryIO
 
 import numpy as np
 from sqlalchemy import insert, select
@@ -14,6 +15,7 @@ from sqlalchemy.orm import Session, aliased
 from app.db.models import Answer, Object, Participant, Project
 from app.errors import InvalidInput
 from app.learning.triplets import check_triplets
+from app.services.csv_io import read_csv, safe_cell
 from app.services.projects import lock_project
 
 EXPORT_COLUMNS = (
@@ -22,6 +24,7 @@ EXPORT_COLUMNS = (
     "position", "created_at",
 )  # fmt: skip
 _INSERT_CHUNK = 10_000
+MAX_INDEX = 2**31 - 1  # the largest object index a CSV may name
 
 
 def check_pairs(pairs: np.ndarray, n_objects: int) -> np.ndarray:
@@ -77,30 +80,50 @@ def import_answers(
     return len(triplet_array), len(pair_array)
 
 
-def parse_answers_csv(content: bytes) -> tuple[list[list[int]], list[list[int]]]:
+def parse_answers_csv(file: BinaryIO) -> tuple[list[list[int]], list[list[int]]]:
     """Triplets and pairs from a CSV with columns kind, a, b, c, outcome (an export's layout):
-    a triplet row leaves outcome empty, a pair row leaves c empty."""
-    try:
-        text = content.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise InvalidInput("the CSV is not UTF-8 text") from error
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in ("kind", "a", "b", "c", "outcome") if c not in (reader.fieldnames or [])]
+    a triplet row leaves outcome empty, a pair row leaves c empty. Read from ``file`` as it
+    goes; a problem is reported with its line and column."""
+    header, records = read_csv(file)
+    missing = [c for c in ("kind", "a", "b", "c", "outcome") if c not in header]
     if missing:
         raise InvalidInput(f"the CSV lacks the columns {missing}; it needs kind, a, b, c, outcome")
+    kind, a, b, c, outcome = (header.index(k) for k in ("kind", "a", "b", "c", "outcome"))
     triplets: list[list[int]] = []
     pairs: list[list[int]] = []
-    for line, row in enumerate(reader, start=2):
+    for line, row in records:
         try:
-            if row["kind"] == "triplet":
-                triplets.append([int(row["a"]), int(row["b"]), int(row["c"])])
-            elif row["kind"] == "pair":
-                pairs.append([int(row["a"]), int(row["b"]), int(row["outcome"])])
+            if row[kind] == "triplet":
+                triplets.append([_index(row, a, "a"), _index(row, b, "b"), _index(row, c, "c")])
+            elif row[kind] == "pair":
+                value = _integer(row[outcome], "outcome")
+                if value not in (-1, 0, 1):
+                    raise ValueError(
+                        f"column outcome: {value} is not −1 (a better), 0 (about the same) "
+                        "or 1 (b better)"
+                    )
+                pairs.append([_index(row, a, "a"), _index(row, b, "b"), value])
             else:
-                raise ValueError(f"kind must be 'triplet' or 'pair', got {row['kind']!r}")
-        except (TypeError, ValueError) as error:
+                raise ValueError(f"kind must be 'triplet' or 'pair', got {row[kind][:40]!r}")
+        except ValueError as error:
             raise InvalidInput(f"CSV line {line}: {error}") from error
     return triplets, pairs
+
+
+def _integer(text: str, column: str) -> int:
+    text = text.strip()
+    if not text:
+        raise ValueError(f"column {column} is empty")
+    if len(text) > 20 or not text.lstrip("+-").isdigit():
+        raise ValueError(f"column {column}: {text[:40]!r} is not an integer")
+    return int(text)
+
+
+def _index(row: list[str], position: int, column: str) -> int:
+    value = _integer(row[position], column)
+    if not 0 <= value <= MAX_INDEX:
+        raise ValueError(f"column {column}: {value} is not an object index (0 to {MAX_INDEX:,})")
+    return value
 
 
 def _export_statement(project: Project):  # type: ignore[no-untyped-def]
@@ -142,12 +165,17 @@ def stream_json(db: Session, project: Project) -> Iterator[bytes]:
 
 
 def stream_csv(db: Session, project: Project) -> Iterator[bytes]:
-    """A CSV of every answer (header first), produced a chunk at a time."""
+    """A CSV of every answer (header first), produced a chunk at a time.
+
+    Text cells a spreadsheet would run as a formula (starting with = + - @, a tab or a
+    carriage return: an object named ``=HYPERLINK(...)``) get a leading apostrophe; the JSON
+    export keeps every value exact."""
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=EXPORT_COLUMNS, lineterminator="\n")
+    # RFC 4180 line ends: with "\n" alone the csv module would not quote a "\r" inside a value.
+    writer = csv.DictWriter(out, fieldnames=EXPORT_COLUMNS, lineterminator="\r\n")
     writer.writeheader()
     for count, record in enumerate(iter_answer_rows(db, project), start=1):
-        writer.writerow(record)
+        writer.writerow({k: safe_cell(v) for k, v in record.items()})
         if count % 2000 == 0:
             yield out.getvalue().encode()
             out.seek(0)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import csv
 import io
 import math
 import re
+import shutil
+import struct
+import tempfile
 import zipfile
+import zlib
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from PIL import Image, UnidentifiedImageError
 from pydantic import ValidationError
@@ -17,12 +21,17 @@ from sqlalchemy.orm import Session
 
 from app.config import get_settings
 from app.db.models import Object, Project
-from app.errors import InvalidInput, NotFound
-from app.schemas.objects import ObjectCreate
+from app.db.session import begin_write
+from app.errors import InvalidInput, NotFound, PayloadTooLarge
+from app.schemas.objects import ObjectCreate, ObjectUpdate
+from app.services.csv_io import read_csv
 from app.services.projects import lock_project
 
 IMAGE_FORMATS = {"PNG": "png", "JPEG": "jpg", "GIF": "gif", "WEBP": "webp", "BMP": "bmp"}
 CSV_COLUMNS = ("name", "text", "image_url", "label", "target")
+METADATA_FILE = "objects.csv"  # at the top of a ZIP of images: what it says about each image
+METADATA_COLUMNS = ("name", "text", "label", "target")
+NAME_MAX = 500  # characters of an object's name (ObjectCreate.name)
 _FEATURE_COLUMN = re.compile(r"^f(\d+)$")
 
 
@@ -91,88 +100,250 @@ def _check_image_urls(objects: Sequence[ObjectCreate]) -> None:
             )
 
 
-def parse_objects_csv(content: bytes) -> list[ObjectCreate]:
+def parse_objects_csv(file: BinaryIO) -> list[ObjectCreate]:
     """Objects from a CSV with a ``name`` column and optional text, image_url, label, target,
-    and feature columns f0, f1, ..., fk."""
-    try:
-        text = content.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise InvalidInput("the CSV is not UTF-8 text") from error
-    reader = csv.DictReader(io.StringIO(text))
-    header = reader.fieldnames or []
+    and feature columns f0, f1, ..., fk; read from ``file`` as it goes."""
+    return [obj for _, obj in _csv_objects(file, CSV_COLUMNS)]
+
+
+def _metadata(data: bytes) -> dict[str, ObjectCreate]:
+    """``objects.csv`` of a ZIP of images: each row by the name of the image it describes."""
+    rows: dict[str, ObjectCreate] = {}
+    for line, obj in _csv_objects(io.BytesIO(data), METADATA_COLUMNS, METADATA_FILE):
+        if obj.name in rows:
+            raise InvalidInput(f"{METADATA_FILE} line {line}: {obj.name!r} is described twice")
+        rows[obj.name] = obj
+    return rows
+
+
+def _csv_objects(
+    file: BinaryIO, columns: Sequence[str], where: str = "CSV"
+) -> list[tuple[int, ObjectCreate]]:
+    """Each row of the CSV as an object, with its line."""
+    header, records = read_csv(file)
     if "name" not in header:
-        raise InvalidInput(f"the CSV needs a 'name' column; its columns are {header}")
+        raise InvalidInput(f"the {where} needs a 'name' column; its columns are {header}")
     feature_numbers = sorted(int(m.group(1)) for h in header if (m := _FEATURE_COLUMN.match(h)))
     if feature_numbers != list(range(len(feature_numbers))):
-        raise InvalidInput(f"feature columns must be f0..f{len(feature_numbers) - 1} without gaps")
-    unknown = [h for h in header if h not in CSV_COLUMNS and not _FEATURE_COLUMN.match(h)]
+        raise InvalidInput(
+            f"feature columns of the {where} must be f0..f{len(feature_numbers) - 1} without gaps"
+        )
+    unknown = [h for h in header if h not in columns and not _FEATURE_COLUMN.match(h)]
     if unknown:
-        raise InvalidInput(f"unknown CSV columns {unknown}; allowed: {list(CSV_COLUMNS)}, f0..fk")
-    objects = []
-    for line, row in enumerate(reader, start=2):
-        values: dict = {k: (row.get(k) or None) for k in CSV_COLUMNS if k in header}
+        raise InvalidInput(
+            f"unknown columns {unknown} in the {where}; allowed: {list(columns)}, f0..fk"
+        )
+    if len(set(header)) != len(header):
+        raise InvalidInput(f"the {where} repeats a column: {header}")
+    position = {h: i for i, h in enumerate(header)}
+    objects: list[tuple[int, ObjectCreate]] = []
+    for line, row in records:
+        values: dict = {k: (row[position[k]] or None) for k in columns if k in position}
         try:
             if values.get("target") is not None:
-                values["target"] = float(values["target"])
+                values["target"] = _number(values["target"], "target")
             if feature_numbers:
-                values["features"] = [float(row[f"f{i}"]) for i in feature_numbers]
-            objects.append(ObjectCreate.model_validate(values))
-        except (TypeError, ValueError, ValidationError) as error:
-            message = error.errors()[0]["msg"] if isinstance(error, ValidationError) else str(error)
-            raise InvalidInput(f"CSV line {line}: {message}") from error
+                values["features"] = [
+                    _number(row[position[f"f{i}"]], f"f{i}") for i in feature_numbers
+                ]
+            obj = ObjectCreate.model_validate(values)
+        except (ValueError, ValidationError) as error:
+            raise InvalidInput(f"{where} line {line}: {_first_error(error)}") from error
+        objects.append((line, obj))
     if not objects:
-        raise InvalidInput("the CSV holds no rows")
+        raise InvalidInput(f"the {where} holds no rows")
     return objects
 
 
-def add_image_zip(db: Session, project: Project, content: bytes) -> list[Object]:
-    """One object per image of a ZIP, named by its file name, stored under the data directory."""
+def _number(text: str, column: str) -> float:
     try:
-        archive = zipfile.ZipFile(io.BytesIO(content))
-    except zipfile.BadZipFile as error:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"column {column}: {text[:40]!r} is not a number") from None
+
+
+def _first_error(error: ValueError) -> str:
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return f"{where}: {first['msg']}" if where else first["msg"]
+    return str(error)
+
+
+def add_image_zip(db: Session, project: Project, file: BinaryIO) -> list[Object]:
+    """One object per image of a ZIP, named by its file name, stored under the data directory.
+
+    An ``objects.csv`` at the top of the ZIP may describe the images (columns ``name`` — an
+    image's name, with or without its extension — and text, label, target, f0..fk).
+
+    Nothing is trusted: each entry is unpacked in a stream that stops at the per-entry limit
+    and at the limit on the whole ZIP (413 naming the entry), its image header is read and
+    its pixel count checked before anything is written (422 naming the entry), and the
+    images go to a staging folder first, so a refused upload writes no file under ``media/``.
+    """
+    settings = get_settings()
+    entry_cap = int(settings.max_zip_entry_mb * 2**20)
+    total_cap = int(settings.max_zip_total_mb * 2**20)
+    try:
+        archive = zipfile.ZipFile(file)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as error:
         raise InvalidInput("the upload is not a ZIP archive") from error
-    images: list[tuple[str, bytes, str]] = []
-    with archive:
-        for entry in archive.infolist():
-            path = PurePosixPath(entry.filename.replace("\\", "/"))
-            if entry.filename.startswith("/") or ".." in path.parts or ":" in path.parts[0]:
-                raise InvalidInput(f"ZIP entry {entry.filename!r} escapes its folder")
-            if entry.is_dir() or path.parts[0] == "__MACOSX" or path.name.startswith("._"):
-                continue
-            data = archive.read(entry)
-            images.append((path.stem, data, _image_extension(entry.filename, data)))
-    if not images:
-        raise InvalidInput("the ZIP holds no images")
+    images: list[tuple[str, str, Path]] = []  # object name, extension, staged file
+    metadata: dict[str, ObjectCreate] = {}
+    staging = Path(tempfile.mkdtemp(prefix=".upload-", dir=settings.data_dir))
+    try:
+        with archive:
+            unpacked = 0
+            for entry in archive.infolist():
+                path = _entry_path(entry)
+                if path is None:
+                    continue
+                data = _read_entry(archive, entry, min(entry_cap, total_cap - unpacked), entry_cap)
+                unpacked += len(data)
+                if entry.filename == METADATA_FILE:
+                    metadata = _metadata(data)
+                    continue
+                extension = _image_extension(entry.filename, data, settings.max_image_pixels)
+                if len(path.stem) > NAME_MAX:
+                    raise InvalidInput(
+                        f"ZIP entry {_shown(entry.filename)}: its name is longer than "
+                        f"{NAME_MAX} characters"
+                    )
+                staged = staging / f"{len(images)}.{extension}"
+                staged.write_bytes(data)
+                images.append((path.stem, extension, staged))
+        if not images:
+            raise InvalidInput("the ZIP holds no images")
+        objects = _describe(images, metadata)
+        return _store_images(db, project, images, objects)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _entry_path(entry: zipfile.ZipInfo) -> PurePosixPath | None:
+    """The entry's path, None for what a ZIP tool adds beside the files (folders, macOS
+    resource forks); :class:`InvalidInput` for a path that leaves the archive's folder."""
+    path = PurePosixPath(entry.filename.replace("\\", "/"))
+    if entry.filename.startswith("/") or ".." in path.parts or ":" in path.parts[0]:
+        raise InvalidInput(f"ZIP entry {_shown(entry.filename)} escapes its folder")
+    if entry.is_dir() or path.parts[0] == "__MACOSX" or path.name.startswith("._"):
+        return None
+    return path
+
+
+def _read_entry(
+    archive: zipfile.ZipFile, entry: zipfile.ZipInfo, cap: int, entry_cap: int
+) -> bytes:
+    """The entry's bytes, unpacked in a stream that stops at ``cap`` bytes."""
+
+    def too_large() -> PayloadTooLarge:
+        if cap < entry_cap:
+            return PayloadTooLarge(
+                f"the ZIP unpacks to more than {get_settings().max_zip_total_mb:g} MiB in all "
+                f"(the limit), passed at entry {_shown(entry.filename)}"
+            )
+        return PayloadTooLarge(
+            f"ZIP entry {_shown(entry.filename)} unpacks to more than "
+            f"{get_settings().max_zip_entry_mb:g} MiB (the limit for one entry)"
+        )
+
+    if entry.file_size > cap:  # what the entry declares; the stream below checks what it holds
+        raise too_large()
+    if entry.flag_bits & 0x1:
+        raise InvalidInput(f"ZIP entry {_shown(entry.filename)} is encrypted")
+    try:
+        with archive.open(entry) as stream:
+            data = stream.read(cap + 1)
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError,
+            ValueError, OSError) as error:  # fmt: skip
+        raise InvalidInput(
+            f"ZIP entry {_shown(entry.filename)} cannot be unpacked: {error}"
+        ) from error
+    if len(data) > cap:
+        raise too_large()
+    return data
+
+
+def _describe(
+    images: list[tuple[str, str, Path]], metadata: dict[str, ObjectCreate]
+) -> list[ObjectCreate]:
+    """One object per image, with what ``objects.csv`` says about it."""
+    by_name: dict[str, int] = {}
+    for position, (name, extension, _) in enumerate(images):
+        by_name.setdefault(name, position)
+        by_name.setdefault(f"{name}.{extension}", position)
+    described: dict[int, ObjectCreate] = {}
+    for name, row in metadata.items():
+        position = by_name.get(name)
+        if position is None:
+            position = by_name.get(PurePosixPath(name).stem)
+        if position is None:
+            raise InvalidInput(f"{METADATA_FILE} describes {name!r}, but the ZIP has no such image")
+        if position in described:
+            raise InvalidInput(
+                f"{METADATA_FILE} describes the image {images[position][0]!r} twice "
+                f"(as {described[position].name!r} and {name!r})"
+            )
+        described[position] = row
+    objects = []
+    for position, (name, _, _) in enumerate(images):
+        row = described.get(position)
+        fields = row.model_dump(exclude={"name"}) if row is not None else {}
+        objects.append(ObjectCreate(name=name, **fields))
+    return objects
+
+
+def _store_images(
+    db: Session, project: Project, images: list[tuple[str, str, Path]], objects: list[ObjectCreate]
+) -> list[Object]:
+    """Move the staged images to ``media/<slug>/<index>.<ext>`` and insert their objects."""
     folder = get_settings().data_dir / "media" / project.slug
-    folder.mkdir(parents=True, exist_ok=True)
+    _check_features(project, objects)
     lock_project(db, project)
     start = project.n_objects
-    written: list[Path] = []
-    objects = []
+    moved: list[Path] = []
     try:
-        for offset, (name, data, extension) in enumerate(images):
+        folder.mkdir(parents=True, exist_ok=True)
+        for offset, ((_, extension, staged), obj) in enumerate(zip(images, objects, strict=True)):
             filename = f"{start + offset}.{extension}"
-            (folder / filename).write_bytes(data)
-            written.append(folder / filename)
-            objects.append(ObjectCreate(name=name, image_url=f"/media/{project.slug}/{filename}"))
+            staged.replace(folder / filename)
+            moved.append(folder / filename)
+            obj.image_url = f"/media/{project.slug}/{filename}"
         return _insert_locked(db, project, objects)
     except BaseException:
         db.rollback()
-        for path in written:
+        for path in moved:
             path.unlink(missing_ok=True)
         raise
 
 
-def _image_extension(filename: str, data: bytes) -> str:
+def _shown(name: str) -> str:
+    """An entry's name for a message: quoted, and cut short past 80 characters."""
+    return repr(name) if len(name) <= 80 else repr(name[:80]) + f"… ({len(name)} characters)"
+
+
+def _image_extension(filename: str, data: bytes, max_pixels: int) -> str:
+    """The extension for the image in ``data``, after its header and pixel count passed."""
     try:
         with Image.open(io.BytesIO(data)) as image:
+            width, height = image.size
+            if width * height > max_pixels:
+                raise InvalidInput(
+                    f"ZIP entry {_shown(filename)} is an image of {width} × {height} pixels; "
+                    f"the limit is {max_pixels:,} pixels"
+                )
             image.verify()
             image_format = image.format
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
-        raise InvalidInput(f"ZIP entry {filename!r} is not an image") from error
+    except Image.DecompressionBombError as error:
+        raise InvalidInput(
+            f"ZIP entry {_shown(filename)} has more pixels than the limit of {max_pixels:,}"
+        ) from error
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, struct.error,
+            IndexError, TypeError) as error:  # fmt: skip
+        raise InvalidInput(f"ZIP entry {_shown(filename)} is not an image") from error
     if image_format not in IMAGE_FORMATS:
         raise InvalidInput(
-            f"ZIP entry {filename!r} is a {image_format} image; "
+            f"ZIP entry {_shown(filename)} is a {image_format} image; "
             f"accepted: {', '.join(IMAGE_FORMATS)}"
         )
     return IMAGE_FORMATS[image_format]
@@ -194,4 +365,23 @@ def get_object(db: Session, project: Project, index: int) -> Object:
     obj = db.scalar(select(Object).where(Object.project_id == project.id, Object.index == index))
     if obj is None:
         raise NotFound(f"project {project.slug!r} has no object {index}")
+    return obj
+
+
+def update_object(db: Session, project: Project, index: int, data: ObjectUpdate) -> Object:
+    """Set the label, target and/or text of object ``index`` (null clears one)."""
+    changes = data.model_dump(exclude_unset=True)
+    if not changes:
+        raise InvalidInput("nothing to change: give 'label', 'target' and/or 'text'")
+    begin_write(db)
+    obj = db.scalar(
+        select(Object)
+        .where(Object.project_id == project.id, Object.index == index)
+        .with_for_update()
+    )
+    if obj is None:
+        raise NotFound(f"project {project.slug!r} has no object {index}")
+    for field, value in changes.items():
+        setattr(obj, field, value)
+    db.commit()
     return obj
