@@ -39,6 +39,13 @@ class Settings(BaseSettings):
     max_upload_mb: float = Field(
         default=50.0, description="Largest request body accepted, in MiB; larger ones get 413."
     )
+    upload_process_mb: float = Field(
+        default=1.0,
+        ge=0,
+        description="Uploads (CSV or JSON) larger than this, in MiB, are parsed in a process "
+        "spawned for them, so their CPU does not slow the workers' requests; smaller ones in "
+        "a worker thread.",
+    )
     max_zip_entry_mb: float = Field(
         default=32.0,
         gt=0,

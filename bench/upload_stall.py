@@ -95,6 +95,7 @@ async def load_while(
     (or for ``seconds`` when there is none); their latencies (ms) and what ``work`` returned."""
     latencies: list[float] = []
     async with httpx.AsyncClient(base_url=base, timeout=120) as client:
+        failures = FAILURES.setdefault(label, [])
         free = await open_sessions(client, label, 32)
 
         async def one() -> None:
@@ -114,6 +115,8 @@ async def load_while(
                 )
                 posted.raise_for_status()
                 latencies.append((time.perf_counter() - started) * 1000)
+            except (httpx.HTTPError, KeyError, TypeError, ValueError) as error:
+                failures.append(f"{type(error).__name__}: {str(error)[:120]}")
             finally:
                 free.put_nowait((session_id, headers))
 
@@ -130,6 +133,9 @@ async def load_while(
         await asyncio.gather(*tasks)
         result = await job if job else None
     return latencies, result
+
+
+FAILURES: dict[str, list[str]] = {}  # by phase: round trips that failed (error, not timing)
 
 
 def uploader(base: str, key: str, path: str, content: bytes) -> Callable[[], tuple[float, int]]:
@@ -190,6 +196,9 @@ def main() -> None:
         print(f"{label:32s} {len(latencies):6d} {p50:8.1f} {p99:8.1f} {worst:8.1f} {took:>14s}")
     for label, latencies, _ in rows[1:]:
         print(f"p99 {label} / idle: {summary(latencies)[1] / idle_p99:.2f}")
+    for phase, failures in FAILURES.items():
+        if failures:
+            print(f"{len(failures)} failed round trips during {phase}, e.g. {failures[0]}")
 
 
 if __name__ == "__main__":

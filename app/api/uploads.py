@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from tempfile import SpooledTemporaryFile
 from typing import Any, BinaryIO
 
-from fastapi.concurrency import run_in_threadpool
-from pydantic import TypeAdapter, ValidationError
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -37,10 +35,10 @@ _SPOOL_BYTES = 2**20  # an upload past 1 MiB waits on disk, not in memory
 
 @dataclass
 class Upload:
-    """A request body: ``json`` when it was JSON (validated), else ``file`` (binary, seekable,
-    at its start; spooled to disk past 1 MiB) with its name and content type."""
+    """A request body: ``json_body`` (raw, not yet parsed) when it was JSON, else ``file``
+    (binary, seekable, at its start; spooled to disk past 1 MiB) with its name and type."""
 
-    json: Any = None
+    json_body: bytes | None = None
     file: BinaryIO | None = None
     filename: str = ""
     content_type: str = ""
@@ -55,13 +53,12 @@ class Upload:
         return start
 
 
-async def read_upload(request: Request, json_type: Any) -> Upload:
-    """The body as ``json_type`` (validated) when it is JSON, else the multipart field 'file'
-    or a CSV body, as a file.
+async def read_upload(request: Request) -> Upload:
+    """The body: raw JSON, or the multipart field 'file' or a CSV body as a file.
 
     Nothing here parses a large body on the event loop: the body arrives in chunks (a
-    multipart file and a CSV body are spooled to a temporary file), and JSON is validated in
-    a worker thread, so a researcher's 40 MiB upload does not hold up a worker's request.
+    multipart file and a CSV body are spooled to a temporary file) and is parsed later, in a
+    worker thread or a process of its own (:mod:`app.services.upload_parsing`).
     """
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
@@ -87,23 +84,7 @@ async def read_upload(request: Request, json_type: Any) -> Upload:
             f"unsupported content type {content_type!r}: send application/json, text/csv "
             "or multipart/form-data"
         )
-    body = await request.body()
-    return Upload(json=await run_in_threadpool(parse_json, body, json_type))
-
-
-def parse_json(body: bytes, json_type: Any) -> Any:
-    """``body`` validated as ``json_type``, or :class:`InvalidInput` naming the first problem."""
-    try:
-        return TypeAdapter(json_type).validate_json(body)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        if first["type"] == "json_invalid":
-            raise InvalidInput(f"malformed JSON: {first['msg']}") from error
-        suffix = f" (and {error.error_count() - 1} more errors)" if error.error_count() > 1 else ""
-        raise InvalidInput(
-            f"invalid body at {where or 'top level'}: {first['msg']}{suffix}"
-        ) from error
+    return Upload(json_body=await request.body())
 
 
 class BodySizeLimit:

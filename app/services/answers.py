@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 import numpy as np
+from numpy.typing import ArrayLike
 from sqlalchemy import insert, select
 from sqlalchemy.orm import Session, aliased
 
@@ -55,17 +56,19 @@ def check_pairs(pairs: np.ndarray, n_objects: int) -> np.ndarray:
 
 
 def import_answers(
-    db: Session, project: Project, triplets: list[list[int]], pairs: list[list[int]]
+    db: Session, project: Project, triplets: ArrayLike, pairs: ArrayLike
 ) -> tuple[int, int]:
     """Store comparisons collected elsewhere, all or nothing; source is ``import``."""
-    if not triplets and not pairs:
+    triplets = np.asarray(triplets, dtype=np.int64).reshape(-1, 3)
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 3)
+    if not len(triplets) and not len(pairs):
         raise InvalidInput("nothing to import: give 'triplets' and/or 'pairs'")
     lock_project(db, project, durable=True)
     try:
-        triplet_array = check_triplets(np.asarray(triplets).reshape(-1, 3), project.n_objects)
+        triplet_array = check_triplets(triplets, project.n_objects)
     except ValueError as error:
         raise InvalidInput(str(error)) from error
-    pair_array = check_pairs(np.asarray(pairs).reshape(-1, 3), project.n_objects)
+    pair_array = check_pairs(pairs, project.n_objects)
     base = {"project_id": project.id, "source": "import"}
     rows = [
         {**base, "kind": "triplet", "a": a, "b": b, "c": c, "outcome": None}

@@ -407,8 +407,8 @@ def test_patch_unknown_object_or_someone_elses_project_is_404(
 def test_uploads_are_parsed_off_the_event_loop(client, auth_headers, project, monkeypatch):
     """Each parser runs in a worker thread: there no event loop runs, so a worker's request
     is not held up while a researcher's upload is parsed (bench/upload_stall.py measures it)."""
-    from app.api import uploads
-    from app.services import answers, objects
+    from app.api import objects as objects_api
+    from app.services import objects, upload_parsing
 
     threads: dict[str, bool] = {}
 
@@ -426,10 +426,11 @@ def test_uploads_are_parsed_off_the_event_loop(client, auth_headers, project, mo
         monkeypatch.setattr(module, name, wrapper)
 
     for module, name in [
-        (objects, "parse_objects_csv"),
+        (upload_parsing, "objects_rows"),
+        (upload_parsing, "answer_arrays"),
         (objects, "add_image_zip"),
-        (answers, "parse_answers_csv"),
-        (uploads, "parse_json"),
+        (objects, "add_object_rows"),
+        (objects_api, "_created_json"),
     ]:
         spy(module, name)
     assert upload(client, auth_headers, "o.csv", b"name\na\nb\nc\n", "text/csv").is_success
@@ -440,12 +441,56 @@ def test_uploads_are_parsed_off_the_event_loop(client, auth_headers, project, mo
         files={"file": ("a.csv", answers_csv, "text/csv")},
         headers=auth_headers,
     ).is_success
-    assert client.post(
-        "/api/projects/safe/answers", json={"triplets": [[0, 1, 3]]}, headers=auth_headers
-    ).is_success
-    assert threads == {
-        "parse_objects_csv": False,
-        "add_image_zip": False,
-        "parse_answers_csv": False,
-        "parse_json": False,
-    }
+    assert threads == dict.fromkeys(
+        ["objects_rows", "answer_arrays", "add_image_zip", "add_object_rows", "_created_json"],
+        False,
+    )
+
+
+def test_large_uploads_are_parsed_in_a_process_of_their_own(
+    client, auth_headers, project, monkeypatch
+):
+    """Past ``upload_process_mb`` the parse runs in a spawned process; results and refusals
+    come back the same as from a thread."""
+    from app.services import upload_parsing
+
+    calls: list[str] = []
+    original = upload_parsing._in_process
+
+    def counted(fn, data, is_json):  # type: ignore[no-untyped-def]
+        calls.append(fn.__name__)
+        return original(fn, data, is_json)
+
+    monkeypatch.setattr(upload_parsing, "_in_process", counted)
+    monkeypatch.setattr(get_settings(), "upload_process_mb", 0.0)
+    csv_text = b"name,label,f0\n" + b"".join(b"o%d,l,%d\n" % (i, i) for i in range(12_000))
+    response = upload(client, auth_headers, "o.csv", csv_text, "text/csv")
+    assert response.status_code == 201, response.text
+    assert response.json()["count"] == 12_000
+    assert response.json()["data"][11_999] == {
+        "index": 11_999, "name": "o11999", "text": None, "image_url": None,
+        "features": [11_999.0], "label": "l", "target": None,
+    }  # fmt: skip
+    json_objects = [{"name": "j", "features": [0.5]}]
+    response = client.post("/api/projects/safe/objects", json=json_objects, headers=auth_headers)
+    assert response.json()["data"][0]["index"] == 12_000
+    bad = upload(client, auth_headers, "o.csv", b'name,f0\nx,1\ny,"2\n', "text/csv")
+    assert bad.status_code == 422 and "never closed" in bad.json()["detail"]
+    body = {"triplets": [[0, 1, 2], [3, 4, 5]], "pairs": [[0, 1, -1]]}
+    response = client.post("/api/projects/safe/answers", json=body, headers=auth_headers)
+    assert response.json() == {"triplets": 2, "pairs": 1}
+    answers_csv = b"kind,a,b,c,outcome\ntriplet,0,1,2,\npair,3,4,,0\n"
+    response = upload_answers(client, auth_headers, answers_csv)
+    assert response.json() == {"triplets": 1, "pairs": 1}
+    huge = upload_answers(client, auth_headers, b"kind,a,b,c,outcome\ntriplet,0,1,1e999,\n")
+    assert huge.status_code == 422 and "line 2: column c" in huge.json()["detail"]
+    assert calls == ["_objects_rows_chunks"] * 3 + ["_answer_arrays_here"] * 3
+    assert n_answers(client, auth_headers) == 5
+
+
+def upload_answers(client, headers, content: bytes):  # type: ignore[no-untyped-def]
+    return client.post(
+        "/api/projects/safe/answers",
+        files={"file": ("a.csv", content, "text/csv")},
+        headers=headers,
+    )
