@@ -6,14 +6,16 @@ import csv
 import io
 import json
 from collections.abc import Iterator
+from itertools import chain
 from typing import BinaryIO
 
 import numpy as np
 from numpy.typing import ArrayLike
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
-from app.db.models import Answer, Object, Participant, Project
+from app.db.bulk import insert_rows
+from app.db.models import Answer, Object, Participant, Project, utcnow
 from app.errors import InvalidInput
 from app.learning.triplets import check_triplets
 from app.services.csv_io import read_csv, safe_cell
@@ -24,7 +26,6 @@ EXPORT_COLUMNS = (
     "participant_id", "participant", "flagged", "session_id", "server_ms", "client_ms",
     "position", "created_at",
 )  # fmt: skip
-_INSERT_CHUNK = 10_000
 MAX_INDEX = 2**31 - 1  # the largest object index a CSV may name
 
 
@@ -69,16 +70,18 @@ def import_answers(
     except ValueError as error:
         raise InvalidInput(str(error)) from error
     pair_array = check_pairs(pairs, project.n_objects)
-    base = {"project_id": project.id, "source": "import"}
-    rows = [
-        {**base, "kind": "triplet", "a": a, "b": b, "c": c, "outcome": None}
-        for a, b, c in triplet_array.tolist()
-    ] + [
-        {**base, "kind": "pair", "a": a, "b": b, "c": None, "outcome": o}
-        for a, b, o in pair_array.tolist()
-    ]
-    for start in range(0, len(rows), _INSERT_CHUNK):
-        db.execute(insert(Answer), rows[start : start + _INSERT_CHUNK])
+    now = utcnow()
+    insert_rows(
+        db,
+        Answer.__table__,
+        ("project_id", "source", "kind", "a", "b", "c", "outcome", "created_at"),
+        chain(
+            ((project.id, "import", "triplet", a, b, c, None, now)
+             for a, b, c in triplet_array.tolist()),
+            ((project.id, "import", "pair", a, b, None, o, now)
+             for a, b, o in pair_array.tolist()),
+        ),
+    )  # fmt: skip
     db.commit()
     return len(triplet_array), len(pair_array)
 

@@ -16,10 +16,11 @@ from typing import BinaryIO
 
 from PIL import Image, UnidentifiedImageError
 from pydantic import ValidationError
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.config import get_settings
+from app.db.bulk import insert_rows
 from app.db.models import Object, Project
 from app.db.session import begin_write
 from app.errors import InvalidInput, NotFound, PayloadTooLarge
@@ -33,7 +34,7 @@ METADATA_FILE = "objects.csv"  # at the top of a ZIP of images: what it says abo
 METADATA_COLUMNS = ("name", "text", "label", "target")
 NAME_MAX = 500  # characters of an object's name (ObjectCreate.name)
 _FEATURE_COLUMN = re.compile(r"^f(\d+)$")
-_INSERT_CHUNK = 5000
+_ROW_COLUMNS = ("index", "name", "text", "image_url", "features", "label", "target")
 
 
 def add_objects(db: Session, project: Project, objects: Sequence[ObjectCreate]) -> list[dict]:
@@ -59,9 +60,12 @@ def _insert_locked(db: Session, project: Project, rows: list[dict]) -> list[dict
     start = project.n_objects
     for i, row in enumerate(rows):
         row["index"] = start + i
-    for first in range(0, len(rows), _INSERT_CHUNK):
-        chunk = rows[first : first + _INSERT_CHUNK]
-        db.execute(insert(Object), [{"project_id": project.id, **row} for row in chunk])
+    insert_rows(
+        db,
+        Object.__table__,
+        ("project_id", *_ROW_COLUMNS),
+        ((project.id, *(row[k] for k in _ROW_COLUMNS)) for row in rows),
+    )
     project.n_objects = start + len(rows)
     if feature_dim is not None:
         project.feature_dim = feature_dim
