@@ -6,7 +6,6 @@ import csv
 import io
 import json
 from collections.abc import Iterator
-from itertools import chain
 from typing import BinaryIO
 
 import numpy as np
@@ -64,24 +63,26 @@ def import_answers(
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 3)
     if not len(triplets) and not len(pairs):
         raise InvalidInput("nothing to import: give 'triplets' and/or 'pairs'")
-    lock_project(db, project, durable=True)
+    # Validate and build the rows before taking the lock: the write lock (on SQLite, the
+    # database's only one, which every worker's answer waits for) then covers the insert
+    # alone. A project's objects are never removed, so indices valid now stay valid.
+    db.refresh(project)
     try:
         triplet_array = check_triplets(triplets, project.n_objects)
     except ValueError as error:
         raise InvalidInput(str(error)) from error
     pair_array = check_pairs(pairs, project.n_objects)
     now = utcnow()
+    rows = [
+        (project.id, "import", "triplet", a, b, c, None, now) for a, b, c in triplet_array.tolist()
+    ] + [(project.id, "import", "pair", a, b, None, o, now) for a, b, o in pair_array.tolist()]
+    lock_project(db, project, durable=True)
     insert_rows(
         db,
         Answer.__table__,
         ("project_id", "source", "kind", "a", "b", "c", "outcome", "created_at"),
-        chain(
-            ((project.id, "import", "triplet", a, b, c, None, now)
-             for a, b, c in triplet_array.tolist()),
-            ((project.id, "import", "pair", a, b, None, o, now)
-             for a, b, o in pair_array.tolist()),
-        ),
-    )  # fmt: skip
+        rows,
+    )
     db.commit()
     return len(triplet_array), len(pair_array)
 

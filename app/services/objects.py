@@ -10,7 +10,7 @@ import struct
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.config import get_settings
-from app.db.bulk import insert_rows
+from app.db.bulk import execute_insert, prepare_insert
 from app.db.models import Object, Project
 from app.db.session import begin_write
 from app.errors import InvalidInput, NotFound, PayloadTooLarge
@@ -34,7 +34,7 @@ METADATA_FILE = "objects.csv"  # at the top of a ZIP of images: what it says abo
 METADATA_COLUMNS = ("name", "text", "label", "target")
 NAME_MAX = 500  # characters of an object's name (ObjectCreate.name)
 _FEATURE_COLUMN = re.compile(r"^f(\d+)$")
-_ROW_COLUMNS = ("index", "name", "text", "image_url", "features", "label", "target")
+_ROW_COLUMNS = ("name", "text", "image_url", "features", "label", "target")
 
 
 def add_objects(db: Session, project: Project, objects: Sequence[ObjectCreate]) -> list[dict]:
@@ -49,23 +49,38 @@ def add_object_rows(db: Session, project: Project, rows: list[dict]) -> list[dic
         raise InvalidInput("no objects given")
     _check_image_urls(rows)
     _check_features(project, rows)
+    return _insert(db, project, rows)
+
+
+def _insert(
+    db: Session,
+    project: Project,
+    rows: list[dict],
+    place: Callable[[int], None] | None = None,
+) -> list[dict]:
+    """Insert ``rows`` after the project's last object, under the project's lock (which on
+    SQLite every worker's answer waits for: the rows are encoded before it is taken, unless
+    ``place(start)`` must first set them, e.g. their image URLs, once the first index is
+    known). Returns the rows with their ``index`` (no reading back: 40 MiB is 250,000 rows)."""
+    columns = ("project_id", "index", *_ROW_COLUMNS)
+
+    def encoded() -> tuple[str, list[tuple]]:
+        return prepare_insert(
+            db, Object.__table__, columns, [(0, 0, *(r[k] for k in _ROW_COLUMNS)) for r in rows]
+        )
+
+    statement, prepared = encoded() if place is None else ("", [])
     lock_project(db, project)
-    return _insert_locked(db, project, rows)
-
-
-def _insert_locked(db: Session, project: Project, rows: list[dict]) -> list[dict]:
-    """Insert ``rows`` after the project's last object; the caller holds the project's lock.
-    Returns the rows with their ``index`` (no reading back: a 40 MiB upload is 250,000 rows)."""
     feature_dim = _check_features(project, rows)
     start = project.n_objects
+    if place is not None:
+        place(start)
+        statement, prepared = encoded()
+    execute_insert(
+        db, statement, [(project.id, start + i, *row[2:]) for i, row in enumerate(prepared)]
+    )
     for i, row in enumerate(rows):
         row["index"] = start + i
-    insert_rows(
-        db,
-        Object.__table__,
-        ("project_id", *_ROW_COLUMNS),
-        ((project.id, *(row[k] for k in _ROW_COLUMNS)) for row in rows),
-    )
     project.n_objects = start + len(rows)
     if feature_dim is not None:
         project.feature_dim = feature_dim
@@ -308,17 +323,18 @@ def _store_images(
     folder = get_settings().data_dir / "media" / project.slug
     rows = [o.model_dump() for o in objects]
     _check_features(project, rows)
-    lock_project(db, project)
-    start = project.n_objects
     moved: list[Path] = []
-    try:
+
+    def place(start: int) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         for offset, ((_, extension, staged), row) in enumerate(zip(images, rows, strict=True)):
             filename = f"{start + offset}.{extension}"
             staged.replace(folder / filename)
             moved.append(folder / filename)
             row["image_url"] = f"/media/{project.slug}/{filename}"
-        return _insert_locked(db, project, rows)
+
+    try:
+        return _insert(db, project, rows, place)
     except BaseException:
         db.rollback()
         for path in moved:
