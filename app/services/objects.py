@@ -6,7 +6,6 @@ import io
 import math
 import re
 import shutil
-import struct
 import tempfile
 import zipfile
 import zlib
@@ -14,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -363,8 +362,11 @@ def _image_extension(filename: str, data: bytes, max_pixels: int) -> str:
         raise InvalidInput(
             f"ZIP entry {_shown(filename)} has more pixels than the limit of {max_pixels:,}"
         ) from error
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, struct.error,
-            IndexError, TypeError) as error:  # fmt: skip
+    except InvalidInput:
+        raise
+    except Exception as error:  # any failure of Pillow's many parsers on
+        # hostile bytes (UnidentifiedImageError, OSError, struct.error, IndexError, ...)
+        # means the entry is not an image we can use.
         raise InvalidInput(f"ZIP entry {_shown(filename)} is not an image") from error
     if image_format not in IMAGE_FORMATS:
         raise InvalidInput(
