@@ -18,8 +18,8 @@ from app.schemas.objects import (
     ObjectsPublic,
     ObjectUpdate,
 )
+from app.services import image_zip, upload_parsing
 from app.services import objects as service
-from app.services import upload_parsing
 
 _PUBLIC_LIST = TypeAdapter(list[ObjectPublic])
 
@@ -45,7 +45,7 @@ async def create_objects(project: OwnedProject, db: SessionDep, request: Request
     if upload.file is not None and (
         upload.filename.lower().endswith(".zip") or upload.head == b"PK\x03\x04"
     ):
-        rows = await run_in_threadpool(service.add_image_zip, db, project, upload.file)
+        rows = await run_in_threadpool(image_zip.add_image_zip, db, project, upload.file)
     elif upload.json_body is not None or (
         upload.filename.lower().endswith(".csv") or "csv" in upload.content_type
     ):

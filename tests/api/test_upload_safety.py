@@ -408,7 +408,7 @@ def test_uploads_are_parsed_off_the_event_loop(client, auth_headers, project, mo
     """Each parser runs in a worker thread: there no event loop runs, so a worker's request
     is not held up while a researcher's upload is parsed (bench/upload_stall.py measures it)."""
     from app.api import objects as objects_api
-    from app.services import objects, upload_parsing
+    from app.services import image_zip, objects, upload_parsing
 
     threads: dict[str, bool] = {}
 
@@ -428,7 +428,7 @@ def test_uploads_are_parsed_off_the_event_loop(client, auth_headers, project, mo
     for module, name in [
         (upload_parsing, "objects_rows"),
         (upload_parsing, "answer_arrays"),
-        (objects, "add_image_zip"),
+        (image_zip, "add_image_zip"),
         (objects, "add_object_rows"),
         (objects_api, "_created_json"),
     ]:
