@@ -39,6 +39,32 @@ class Settings(BaseSettings):
     max_upload_mb: float = Field(
         default=50.0, description="Largest request body accepted, in MiB; larger ones get 413."
     )
+    upload_process_mb: float = Field(
+        default=1.0,
+        ge=0,
+        description="Uploads (CSV or JSON) larger than this, in MiB, are parsed in a process "
+        "spawned for them, so their CPU does not slow the workers' requests; smaller ones in "
+        "a worker thread.",
+    )
+    max_zip_entry_mb: float = Field(
+        default=32.0,
+        gt=0,
+        description="Largest unpacked size of one entry of an uploaded ZIP of images, in MiB; "
+        "a larger entry gets 413 naming it (the entry is unpacked in a stream that stops "
+        "there, whatever its header claims).",
+    )
+    max_zip_total_mb: float = Field(
+        default=512.0,
+        gt=0,
+        description="Largest unpacked size of all entries of an uploaded ZIP together, in MiB; "
+        "past it the upload gets 413 naming the entry where the limit was passed.",
+    )
+    max_image_pixels: int = Field(
+        default=50_000_000,
+        gt=0,
+        description="Most pixels (width × height, read from the header before anything is "
+        "written) of an image in an uploaded ZIP; a larger one gets 422 naming the entry.",
+    )
     lease_seconds: int = Field(
         default=300,
         description="How long an issued question is reserved for its worker before it may be "

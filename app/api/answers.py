@@ -12,6 +12,7 @@ from app.api.deps import OwnedProject, SessionDep
 from app.api.uploads import read_upload, upload_body
 from app.schemas.answers import AnswersImport, AnswersImported
 from app.services import answers as service
+from app.services import upload_parsing
 
 router = APIRouter(prefix="/api/projects/{slug}/answers", tags=["answers"])
 
@@ -30,11 +31,11 @@ async def import_answers(
     project: OwnedProject, db: SessionDep, request: Request
 ) -> AnswersImported:
     """Import comparisons collected elsewhere (source ``import``), all or nothing."""
-    upload = await read_upload(request, AnswersImport)
-    if upload.json is not None:
-        triplets, pairs = upload.json.triplets, upload.json.pairs
-    else:
-        triplets, pairs = service.parse_answers_csv(upload.content)
+    upload = await read_upload(request)
+    # Parsed in a worker thread, or a process of its own when large: never on the event loop.
+    triplets, pairs = await run_in_threadpool(
+        upload_parsing.answer_arrays, upload.file, upload.json_body
+    )
     n_triplets, n_pairs = await run_in_threadpool(
         service.import_answers, db, project, triplets, pairs
     )

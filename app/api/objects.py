@@ -4,14 +4,24 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, status
+from fastapi import APIRouter, Path, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
+from pydantic import TypeAdapter
 
 from app.api.deps import OwnedProject, SessionDep
 from app.api.uploads import read_upload, upload_body
 from app.errors import InvalidInput
-from app.schemas.objects import ObjectCreate, ObjectPublic, ObjectsCreated, ObjectsPublic
+from app.schemas.objects import (
+    ObjectCreate,
+    ObjectPublic,
+    ObjectsCreated,
+    ObjectsPublic,
+    ObjectUpdate,
+)
+from app.services import image_zip, upload_parsing
 from app.services import objects as service
+
+_PUBLIC_LIST = TypeAdapter(list[ObjectPublic])
 
 router = APIRouter(prefix="/api/projects/{slug}/objects", tags=["objects"])
 
@@ -23,23 +33,38 @@ router = APIRouter(prefix="/api/projects/{slug}/objects", tags=["objects"])
     openapi_extra=upload_body(
         {"type": "array", "items": ObjectCreate.model_json_schema()},
         "A JSON list of objects, or a CSV (columns name, text, image_url, label, target, "
-        "f0..fk) as the body or a multipart upload (field `file`), or a ZIP of images.",
+        "f0..fk) as the body or a multipart upload (field `file`), or a ZIP of images "
+        "(optionally with an `objects.csv`: name, text, label, target, f0..fk).",
     ),
 )
-async def create_objects(project: OwnedProject, db: SessionDep, request: Request) -> ObjectsCreated:
+async def create_objects(project: OwnedProject, db: SessionDep, request: Request) -> Response:
     """Append objects; each gets the next ``index`` (0, 1, 2, … in upload order, forever)."""
-    upload = await read_upload(request, list[ObjectCreate])
-    if upload.json is not None:
-        objects = await run_in_threadpool(service.add_objects, db, project, upload.json)
-    elif upload.filename.lower().endswith(".zip") or upload.content[:4] == b"PK\x03\x04":
-        objects = await run_in_threadpool(service.add_image_zip, db, project, upload.content)
-    elif upload.filename.lower().endswith(".csv") or "csv" in upload.content_type:
-        parsed = service.parse_objects_csv(upload.content)
-        objects = await run_in_threadpool(service.add_objects, db, project, parsed)
+    upload = await read_upload(request)
+    # Parsing, unpacking and storing run in a worker thread, or a process of its own for a
+    # large CSV or JSON: never on the event loop.
+    if upload.file is not None and (
+        upload.filename.lower().endswith(".zip") or upload.head == b"PK\x03\x04"
+    ):
+        rows = await run_in_threadpool(image_zip.add_image_zip, db, project, upload.file)
+    elif upload.json_body is not None or (
+        upload.filename.lower().endswith(".csv") or "csv" in upload.content_type
+    ):
+        parsed = await run_in_threadpool(upload_parsing.objects_rows, upload.file, upload.json_body)
+        rows = await run_in_threadpool(service.add_object_rows, db, project, parsed)
     else:
         raise InvalidInput("upload a .csv or a .zip of images (multipart field 'file')")
-    data = [ObjectPublic.model_validate(o) for o in objects]
-    return ObjectsCreated(data=data, count=len(data))
+    body = await run_in_threadpool(_created_json, rows)
+    return Response(body, status_code=status.HTTP_201_CREATED, media_type="application/json")
+
+
+def _created_json(rows: list[dict]) -> bytes:
+    """The ``ObjectsCreated`` body, serialised a chunk at a time (one call over 250,000 objects
+    would hold the interpreter lock, and so the event loop, for the whole of it)."""
+    chunks = [
+        _PUBLIC_LIST.dump_json([ObjectPublic.model_validate(r) for r in rows[i : i + 2000]])[1:-1]
+        for i in range(0, len(rows), 2000)
+    ]
+    return b'{"data":[' + b",".join(chunks) + b'],"count":' + str(len(rows)).encode() + b"}"
 
 
 @router.get("", response_model=ObjectsPublic)
@@ -58,3 +83,15 @@ def read_objects(
 @router.get("/{index}", response_model=ObjectPublic)
 def read_object(project: OwnedProject, db: SessionDep, index: int) -> ObjectPublic:
     return ObjectPublic.model_validate(service.get_object(db, project, index))
+
+
+@router.patch("/{index}", response_model=ObjectPublic)
+def update_object(
+    project: OwnedProject,
+    db: SessionDep,
+    index: Annotated[int, Path(ge=0, le=2**31 - 1)],
+    data: ObjectUpdate,
+) -> ObjectPublic:
+    """Change an object's label, target and/or text (null clears one); its index, name, image
+    and features stay."""
+    return ObjectPublic.model_validate(service.update_object(db, project, index, data))

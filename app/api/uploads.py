@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from tempfile import SpooledTemporaryFile
+from typing import Any, BinaryIO
 
-from pydantic import TypeAdapter, ValidationError
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -30,46 +30,61 @@ def upload_body(json_schema: dict[str, Any], description: str) -> dict[str, Any]
     }
 
 
+_SPOOL_BYTES = 2**20  # an upload past 1 MiB waits on disk, not in memory
+
+
 @dataclass
 class Upload:
-    json: Any = None
-    content: bytes = b""
+    """A request body: ``json_body`` (raw, not yet parsed) when it was JSON, else ``file``
+    (binary, seekable, at its start; spooled to disk past 1 MiB) with its name and type."""
+
+    json_body: bytes | None = None
+    file: BinaryIO | None = None
     filename: str = ""
     content_type: str = ""
 
+    @property
+    def head(self) -> bytes:
+        """The file's first bytes (to tell a ZIP from a CSV), the file left at its start."""
+        if self.file is None:
+            return b""
+        start = self.file.read(4)
+        self.file.seek(0)
+        return start
 
-async def read_upload(request: Request, json_type: Any) -> Upload:
-    """The body as ``json_type`` (validated) when it is JSON, else the multipart field 'file'."""
+
+async def read_upload(request: Request) -> Upload:
+    """The body: raw JSON, or the multipart field 'file' or a CSV body as a file.
+
+    Nothing here parses a large body on the event loop: the body arrives in chunks (a
+    multipart file and a CSV body are spooled to a temporary file) and is parsed later, in a
+    worker thread or a process of its own (:mod:`app.services.upload_parsing`).
+    """
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
         form = await request.form()
         file = form.get("file")
         if not isinstance(file, UploadFile):
             raise InvalidInput("a multipart upload needs its file in the field 'file'")
+        await file.seek(0)
         return Upload(
-            content=await file.read(),
+            file=file.file,
             filename=file.filename or "",
             content_type=file.content_type or "",
         )
     if content_type.startswith(("text/csv", "application/csv")):
-        return Upload(content=await request.body(), filename="upload.csv", content_type="text/csv")
+        # Closed (and its disk file removed) when the request's last reference goes.
+        spool = SpooledTemporaryFile(max_size=_SPOOL_BYTES)  # noqa: SIM115
+        async for chunk in request.stream():
+            spool.write(chunk)  # a chunk of at most 64 KiB, into the page cache
+        spool.seek(0)
+        return Upload(file=spool, filename="upload.csv", content_type="text/csv")
     if content_type and not content_type.startswith("application/json"):
         raise InvalidInput(
             f"unsupported content type {content_type!r}: send application/json, text/csv "
             "or multipart/form-data"
         )
-    body = await request.body()
-    try:
-        return Upload(json=TypeAdapter(json_type).validate_json(body))
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        if first["type"] == "json_invalid":
-            raise InvalidInput(f"malformed JSON: {first['msg']}") from error
-        suffix = f" (and {error.error_count() - 1} more errors)" if error.error_count() > 1 else ""
-        raise InvalidInput(
-            f"invalid body at {where or 'top level'}: {first['msg']}{suffix}"
-        ) from error
+    return Upload(json_body=await request.body())
 
 
 class BodySizeLimit:

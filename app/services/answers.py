@@ -6,14 +6,18 @@ import csv
 import io
 import json
 from collections.abc import Iterator
+from typing import BinaryIO
 
 import numpy as np
-from sqlalchemy import insert, select
+from numpy.typing import ArrayLike
+from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
-from app.db.models import Answer, Object, Participant, Project
+from app.db.bulk import insert_rows
+from app.db.models import Answer, Object, Participant, Project, utcnow
 from app.errors import InvalidInput
 from app.learning.triplets import check_triplets
+from app.services.csv_io import read_csv, safe_cell
 from app.services.projects import lock_project
 
 EXPORT_COLUMNS = (
@@ -21,7 +25,7 @@ EXPORT_COLUMNS = (
     "participant_id", "participant", "flagged", "session_id", "server_ms", "client_ms",
     "position", "created_at",
 )  # fmt: skip
-_INSERT_CHUNK = 10_000
+MAX_INDEX = 2**31 - 1  # the largest object index a CSV may name
 
 
 def check_pairs(pairs: np.ndarray, n_objects: int) -> np.ndarray:
@@ -52,55 +56,81 @@ def check_pairs(pairs: np.ndarray, n_objects: int) -> np.ndarray:
 
 
 def import_answers(
-    db: Session, project: Project, triplets: list[list[int]], pairs: list[list[int]]
+    db: Session, project: Project, triplets: ArrayLike, pairs: ArrayLike
 ) -> tuple[int, int]:
     """Store comparisons collected elsewhere, all or nothing; source is ``import``."""
-    if not triplets and not pairs:
+    triplets = np.asarray(triplets, dtype=np.int64).reshape(-1, 3)
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 3)
+    if not len(triplets) and not len(pairs):
         raise InvalidInput("nothing to import: give 'triplets' and/or 'pairs'")
-    lock_project(db, project, durable=True)
+    # Validate and build the rows before taking the lock: the write lock (on SQLite, the
+    # database's only one, which every worker's answer waits for) then covers the insert
+    # alone. A project's objects are never removed, so indices valid now stay valid.
+    db.refresh(project)
     try:
-        triplet_array = check_triplets(np.asarray(triplets).reshape(-1, 3), project.n_objects)
+        triplet_array = check_triplets(triplets, project.n_objects)
     except ValueError as error:
         raise InvalidInput(str(error)) from error
-    pair_array = check_pairs(np.asarray(pairs).reshape(-1, 3), project.n_objects)
-    base = {"project_id": project.id, "source": "import"}
+    pair_array = check_pairs(pairs, project.n_objects)
+    now = utcnow()
     rows = [
-        {**base, "kind": "triplet", "a": a, "b": b, "c": c, "outcome": None}
-        for a, b, c in triplet_array.tolist()
-    ] + [
-        {**base, "kind": "pair", "a": a, "b": b, "c": None, "outcome": o}
-        for a, b, o in pair_array.tolist()
-    ]
-    for start in range(0, len(rows), _INSERT_CHUNK):
-        db.execute(insert(Answer), rows[start : start + _INSERT_CHUNK])
+        (project.id, "import", "triplet", a, b, c, None, now) for a, b, c in triplet_array.tolist()
+    ] + [(project.id, "import", "pair", a, b, None, o, now) for a, b, o in pair_array.tolist()]
+    lock_project(db, project, durable=True)
+    insert_rows(
+        db,
+        Answer.__table__,
+        ("project_id", "source", "kind", "a", "b", "c", "outcome", "created_at"),
+        rows,
+    )
     db.commit()
     return len(triplet_array), len(pair_array)
 
 
-def parse_answers_csv(content: bytes) -> tuple[list[list[int]], list[list[int]]]:
+def parse_answers_csv(file: BinaryIO) -> tuple[list[list[int]], list[list[int]]]:
     """Triplets and pairs from a CSV with columns kind, a, b, c, outcome (an export's layout):
-    a triplet row leaves outcome empty, a pair row leaves c empty."""
-    try:
-        text = content.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise InvalidInput("the CSV is not UTF-8 text") from error
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in ("kind", "a", "b", "c", "outcome") if c not in (reader.fieldnames or [])]
+    a triplet row leaves outcome empty, a pair row leaves c empty. Read from ``file`` as it
+    goes; a problem is reported with its line and column."""
+    header, records = read_csv(file)
+    missing = [c for c in ("kind", "a", "b", "c", "outcome") if c not in header]
     if missing:
         raise InvalidInput(f"the CSV lacks the columns {missing}; it needs kind, a, b, c, outcome")
+    kind, a, b, c, outcome = (header.index(k) for k in ("kind", "a", "b", "c", "outcome"))
     triplets: list[list[int]] = []
     pairs: list[list[int]] = []
-    for line, row in enumerate(reader, start=2):
+    for line, row in records:
         try:
-            if row["kind"] == "triplet":
-                triplets.append([int(row["a"]), int(row["b"]), int(row["c"])])
-            elif row["kind"] == "pair":
-                pairs.append([int(row["a"]), int(row["b"]), int(row["outcome"])])
+            if row[kind] == "triplet":
+                triplets.append([_index(row, a, "a"), _index(row, b, "b"), _index(row, c, "c")])
+            elif row[kind] == "pair":
+                value = _integer(row[outcome], "outcome")
+                if value not in (-1, 0, 1):
+                    raise ValueError(
+                        f"column outcome: {value} is not −1 (a better), 0 (about the same) "
+                        "or 1 (b better)"
+                    )
+                pairs.append([_index(row, a, "a"), _index(row, b, "b"), value])
             else:
-                raise ValueError(f"kind must be 'triplet' or 'pair', got {row['kind']!r}")
-        except (TypeError, ValueError) as error:
+                raise ValueError(f"kind must be 'triplet' or 'pair', got {row[kind][:40]!r}")
+        except ValueError as error:
             raise InvalidInput(f"CSV line {line}: {error}") from error
     return triplets, pairs
+
+
+def _integer(text: str, column: str) -> int:
+    text = text.strip()
+    if not text:
+        raise ValueError(f"column {column} is empty")
+    if len(text) > 20 or not text.lstrip("+-").isdigit():
+        raise ValueError(f"column {column}: {text[:40]!r} is not an integer")
+    return int(text)
+
+
+def _index(row: list[str], position: int, column: str) -> int:
+    value = _integer(row[position], column)
+    if not 0 <= value <= MAX_INDEX:
+        raise ValueError(f"column {column}: {value} is not an object index (0 to {MAX_INDEX:,})")
+    return value
 
 
 def _export_statement(project: Project):  # type: ignore[no-untyped-def]
@@ -142,12 +172,17 @@ def stream_json(db: Session, project: Project) -> Iterator[bytes]:
 
 
 def stream_csv(db: Session, project: Project) -> Iterator[bytes]:
-    """A CSV of every answer (header first), produced a chunk at a time."""
+    """A CSV of every answer (header first), produced a chunk at a time.
+
+    Text cells a spreadsheet would run as a formula (starting with = + - @, a tab or a
+    carriage return: an object named ``=HYPERLINK(...)``) get a leading apostrophe; the JSON
+    export keeps every value exact."""
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=EXPORT_COLUMNS, lineterminator="\n")
+    # RFC 4180 line ends: with "\n" alone the csv module would not quote a "\r" inside a value.
+    writer = csv.DictWriter(out, fieldnames=EXPORT_COLUMNS, lineterminator="\r\n")
     writer.writeheader()
     for count, record in enumerate(iter_answer_rows(db, project), start=1):
-        writer.writerow(record)
+        writer.writerow({k: safe_cell(v) for k, v in record.items()})
         if count % 2000 == 0:
             yield out.getvalue().encode()
             out.seek(0)

@@ -1,64 +1,83 @@
-"""A project's objects: add them (JSON, CSV or a ZIP of images) and read them back."""
+"""A project's objects: add them (JSON or CSV; a ZIP of images in :mod:`image_zip`), edit and
+read them."""
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import re
-import zipfile
-from collections.abc import Sequence
-from pathlib import Path, PurePosixPath
+from collections.abc import Callable, Sequence
+from typing import BinaryIO
 
-from PIL import Image, UnidentifiedImageError
 from pydantic import ValidationError
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.config import get_settings
+from app.db.bulk import execute_insert, prepare_insert
 from app.db.models import Object, Project
+from app.db.session import begin_write
 from app.errors import InvalidInput, NotFound
-from app.schemas.objects import ObjectCreate
+from app.schemas.objects import ObjectCreate, ObjectUpdate
+from app.services.csv_io import read_csv
 from app.services.projects import lock_project
 
-IMAGE_FORMATS = {"PNG": "png", "JPEG": "jpg", "GIF": "gif", "WEBP": "webp", "BMP": "bmp"}
 CSV_COLUMNS = ("name", "text", "image_url", "label", "target")
 _FEATURE_COLUMN = re.compile(r"^f(\d+)$")
+_ROW_COLUMNS = ("name", "text", "image_url", "features", "label", "target")
 
 
-def add_objects(db: Session, project: Project, objects: Sequence[ObjectCreate]) -> list[Object]:
+def add_objects(db: Session, project: Project, objects: Sequence[ObjectCreate]) -> list[dict]:
     """Append ``objects`` to ``project``; their indices continue from the last one, forever."""
-    if not objects:
+    return add_object_rows(db, project, [o.model_dump() for o in objects])
+
+
+def add_object_rows(db: Session, project: Project, rows: list[dict]) -> list[dict]:
+    """:func:`add_objects` for objects already validated and dumped (``ObjectCreate`` fields);
+    returns them with their ``index``."""
+    if not rows:
         raise InvalidInput("no objects given")
-    _check_image_urls(objects)
+    _check_image_urls(rows)
+    check_features(project, rows)
+    return insert_objects(db, project, rows)
+
+
+def insert_objects(
+    db: Session,
+    project: Project,
+    rows: list[dict],
+    place: Callable[[int], None] | None = None,
+) -> list[dict]:
+    """Insert ``rows`` after the project's last object, under the project's lock (which on
+    SQLite every worker's answer waits for: the rows are encoded before it is taken, unless
+    ``place(start)`` must first set them, e.g. their image URLs, once the first index is
+    known). Returns the rows with their ``index`` (no reading back: 40 MiB is 250,000 rows)."""
+    columns = ("project_id", "index", *_ROW_COLUMNS)
+
+    def encoded() -> tuple[str, list[tuple]]:
+        return prepare_insert(
+            db, Object.__table__, columns, [(0, 0, *(r[k] for k in _ROW_COLUMNS)) for r in rows]
+        )
+
+    statement, prepared = encoded() if place is None else ("", [])
     lock_project(db, project)
-    return _insert_locked(db, project, objects)
-
-
-def _insert_locked(db: Session, project: Project, objects: Sequence[ObjectCreate]) -> list[Object]:
-    """Insert ``objects`` after the project's last one; the caller holds the project's lock."""
-    feature_dim = _check_features(project, objects)
+    feature_dim = check_features(project, rows)
     start = project.n_objects
-    rows = [
-        {"project_id": project.id, "index": start + i, **obj.model_dump()}
-        for i, obj in enumerate(objects)
-    ]
-    db.execute(insert(Object), rows)
+    if place is not None:
+        place(start)
+        statement, prepared = encoded()
+    execute_insert(
+        db, statement, [(project.id, start + i, *row[2:]) for i, row in enumerate(prepared)]
+    )
+    for i, row in enumerate(rows):
+        row["index"] = start + i
     project.n_objects = start + len(rows)
     if feature_dim is not None:
         project.feature_dim = feature_dim
     db.commit()
-    return list(
-        db.scalars(
-            select(Object)
-            .where(Object.project_id == project.id, Object.index >= start)
-            .order_by(Object.index)
-        )
-    )
+    return rows
 
 
-def _check_features(project: Project, objects: Sequence[ObjectCreate]) -> int | None:
-    lengths = {len(o.features) for o in objects if o.features is not None}
+def check_features(project: Project, rows: Sequence[dict]) -> int | None:
+    lengths = {len(r["features"]) for r in rows if r.get("features") is not None}
     if not lengths:
         return None
     if len(lengths) > 1:
@@ -72,110 +91,84 @@ def _check_features(project: Project, objects: Sequence[ObjectCreate]) -> int | 
             f"feature vectors of project {project.slug!r} have length {project.feature_dim}, "
             f"got length {length}"
         )
-    for position, obj in enumerate(objects):
-        if obj.features is not None and not all(math.isfinite(v) for v in obj.features):
-            raise InvalidInput(f"object {position} ({obj.name!r}) has a NaN or infinite feature")
+    for position, row in enumerate(rows):
+        features = row.get("features")
+        if features is not None and not all(math.isfinite(v) for v in features):
+            raise InvalidInput(f"object {position} ({row['name']!r}) has a NaN or infinite feature")
     return length
 
 
-def _check_image_urls(objects: Sequence[ObjectCreate]) -> None:
-    for position, obj in enumerate(objects):
-        url = obj.image_url
+def _check_image_urls(rows: Sequence[dict]) -> None:
+    for position, row in enumerate(rows):
+        url = row.get("image_url")
         if url is not None and not (
             url.startswith(("https://", "http://", "/media/"))
             and not any(c in url for c in "\"'<> ")
         ):
             raise InvalidInput(
-                f"object {position} ({obj.name!r}): image_url must be an http(s) URL or a /media/ "
-                "path without quotes, spaces or angle brackets"
+                f"object {position} ({row['name']!r}): image_url must be an http(s) URL or a "
+                "/media/ path without quotes, spaces or angle brackets"
             )
 
 
-def parse_objects_csv(content: bytes) -> list[ObjectCreate]:
+def parse_objects_csv(file: BinaryIO) -> list[ObjectCreate]:
     """Objects from a CSV with a ``name`` column and optional text, image_url, label, target,
-    and feature columns f0, f1, ..., fk."""
-    try:
-        text = content.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise InvalidInput("the CSV is not UTF-8 text") from error
-    reader = csv.DictReader(io.StringIO(text))
-    header = reader.fieldnames or []
+    and feature columns f0, f1, ..., fk; read from ``file`` as it goes."""
+    return [obj for _, obj in read_objects_csv(file, CSV_COLUMNS)]
+
+
+def read_objects_csv(
+    file: BinaryIO, columns: Sequence[str], where: str = "CSV"
+) -> list[tuple[int, ObjectCreate]]:
+    """Each row of the CSV as an object, with its line."""
+    header, records = read_csv(file)
     if "name" not in header:
-        raise InvalidInput(f"the CSV needs a 'name' column; its columns are {header}")
+        raise InvalidInput(f"the {where} needs a 'name' column; its columns are {header}")
     feature_numbers = sorted(int(m.group(1)) for h in header if (m := _FEATURE_COLUMN.match(h)))
     if feature_numbers != list(range(len(feature_numbers))):
-        raise InvalidInput(f"feature columns must be f0..f{len(feature_numbers) - 1} without gaps")
-    unknown = [h for h in header if h not in CSV_COLUMNS and not _FEATURE_COLUMN.match(h)]
+        raise InvalidInput(
+            f"feature columns of the {where} must be f0..f{len(feature_numbers) - 1} without gaps"
+        )
+    unknown = [h for h in header if h not in columns and not _FEATURE_COLUMN.match(h)]
     if unknown:
-        raise InvalidInput(f"unknown CSV columns {unknown}; allowed: {list(CSV_COLUMNS)}, f0..fk")
-    objects = []
-    for line, row in enumerate(reader, start=2):
-        values: dict = {k: (row.get(k) or None) for k in CSV_COLUMNS if k in header}
+        raise InvalidInput(
+            f"unknown columns {unknown} in the {where}; allowed: {list(columns)}, f0..fk"
+        )
+    if len(set(header)) != len(header):
+        raise InvalidInput(f"the {where} repeats a column: {header}")
+    position = {h: i for i, h in enumerate(header)}
+    objects: list[tuple[int, ObjectCreate]] = []
+    for line, row in records:
+        values: dict = {k: (row[position[k]] or None) for k in columns if k in position}
         try:
             if values.get("target") is not None:
-                values["target"] = float(values["target"])
+                values["target"] = _number(values["target"], "target")
             if feature_numbers:
-                values["features"] = [float(row[f"f{i}"]) for i in feature_numbers]
-            objects.append(ObjectCreate.model_validate(values))
-        except (TypeError, ValueError, ValidationError) as error:
-            message = error.errors()[0]["msg"] if isinstance(error, ValidationError) else str(error)
-            raise InvalidInput(f"CSV line {line}: {message}") from error
+                values["features"] = [
+                    _number(row[position[f"f{i}"]], f"f{i}") for i in feature_numbers
+                ]
+            obj = ObjectCreate.model_validate(values)
+        except (ValueError, ValidationError) as error:
+            raise InvalidInput(f"{where} line {line}: {_first_error(error)}") from error
+        objects.append((line, obj))
     if not objects:
-        raise InvalidInput("the CSV holds no rows")
+        raise InvalidInput(f"the {where} holds no rows")
     return objects
 
 
-def add_image_zip(db: Session, project: Project, content: bytes) -> list[Object]:
-    """One object per image of a ZIP, named by its file name, stored under the data directory."""
+def _number(text: str, column: str) -> float:
     try:
-        archive = zipfile.ZipFile(io.BytesIO(content))
-    except zipfile.BadZipFile as error:
-        raise InvalidInput("the upload is not a ZIP archive") from error
-    images: list[tuple[str, bytes, str]] = []
-    with archive:
-        for entry in archive.infolist():
-            path = PurePosixPath(entry.filename.replace("\\", "/"))
-            if entry.filename.startswith("/") or ".." in path.parts or ":" in path.parts[0]:
-                raise InvalidInput(f"ZIP entry {entry.filename!r} escapes its folder")
-            if entry.is_dir() or path.parts[0] == "__MACOSX" or path.name.startswith("._"):
-                continue
-            data = archive.read(entry)
-            images.append((path.stem, data, _image_extension(entry.filename, data)))
-    if not images:
-        raise InvalidInput("the ZIP holds no images")
-    folder = get_settings().data_dir / "media" / project.slug
-    folder.mkdir(parents=True, exist_ok=True)
-    lock_project(db, project)
-    start = project.n_objects
-    written: list[Path] = []
-    objects = []
-    try:
-        for offset, (name, data, extension) in enumerate(images):
-            filename = f"{start + offset}.{extension}"
-            (folder / filename).write_bytes(data)
-            written.append(folder / filename)
-            objects.append(ObjectCreate(name=name, image_url=f"/media/{project.slug}/{filename}"))
-        return _insert_locked(db, project, objects)
-    except BaseException:
-        db.rollback()
-        for path in written:
-            path.unlink(missing_ok=True)
-        raise
+        return float(text)
+    except ValueError:
+        raise ValueError(f"column {column}: {text[:40]!r} is not a number") from None
 
 
-def _image_extension(filename: str, data: bytes) -> str:
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.verify()
-            image_format = image.format
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
-        raise InvalidInput(f"ZIP entry {filename!r} is not an image") from error
-    if image_format not in IMAGE_FORMATS:
-        raise InvalidInput(
-            f"ZIP entry {filename!r} is a {image_format} image; "
-            f"accepted: {', '.join(IMAGE_FORMATS)}"
-        )
-    return IMAGE_FORMATS[image_format]
+def _first_error(error: ValueError) -> str:
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return f"{where}: {first['msg']}" if where else first["msg"]
+    return str(error)
 
 
 def list_objects(db: Session, project: Project, offset: int, limit: int) -> list[Object]:
@@ -194,4 +187,23 @@ def get_object(db: Session, project: Project, index: int) -> Object:
     obj = db.scalar(select(Object).where(Object.project_id == project.id, Object.index == index))
     if obj is None:
         raise NotFound(f"project {project.slug!r} has no object {index}")
+    return obj
+
+
+def update_object(db: Session, project: Project, index: int, data: ObjectUpdate) -> Object:
+    """Set the label, target and/or text of object ``index`` (null clears one)."""
+    changes = data.model_dump(exclude_unset=True)
+    if not changes:
+        raise InvalidInput("nothing to change: give 'label', 'target' and/or 'text'")
+    begin_write(db)
+    obj = db.scalar(
+        select(Object)
+        .where(Object.project_id == project.id, Object.index == index)
+        .with_for_update()
+    )
+    if obj is None:
+        raise NotFound(f"project {project.slug!r} has no object {index}")
+    for field, value in changes.items():
+        setattr(obj, field, value)
+    db.commit()
     return obj

@@ -1,0 +1,133 @@
+"""Parse a large upload in a process of its own, so its CPU never holds up a worker's request.
+
+Parsing and validating 40 MiB of CSV or JSON is seconds of CPU. In a thread of the server it
+would hold the interpreter lock that the event loop and every worker request need (a thread
+gets it back only every 5 ms, each time it waits), and pydantic's JSON validation holds it
+without a break. So an upload larger than ``TRIPLETLAB_UPLOAD_PROCESS_MB`` is parsed in a
+process forked for it, and comes back compact: answers as two int64 arrays, objects as
+their rows in pickled chunks of a few thousand, unpickled a chunk at a time. Smaller uploads
+are parsed in a worker thread (a process costs a few tens of milliseconds).
+
+Call these from a worker thread, never on the event loop: they block until parsed.
+"""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import pickle
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, BinaryIO
+
+import numpy as np
+from pydantic import TypeAdapter, ValidationError
+
+from app.config import get_settings
+from app.errors import InvalidInput
+
+_CHUNK_ROWS = 5000
+
+
+def objects_rows(file: BinaryIO | None, json_body: bytes | None = None) -> list[dict]:
+    """The objects of a CSV upload (``file``) or a JSON body, validated, as insert rows."""
+    data, size = _content(file, json_body)
+    if size <= _threshold():
+        return _objects_rows_here(data, json_body is not None)
+    chunks = _in_process(_objects_rows_chunks, data, json_body is not None)
+    rows: list[dict] = []
+    for chunk in chunks:
+        rows.extend(pickle.loads(chunk))  # a few ms each: the lock is released between them
+    return rows
+
+
+def answer_arrays(
+    file: BinaryIO | None, json_body: bytes | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Triplets and pairs of a CSV upload (``file``) or a JSON body, as int64 arrays (m, 3)."""
+    data, size = _content(file, json_body)
+    if size <= _threshold():
+        return _answer_arrays_here(data, json_body is not None)
+    return _in_process(_answer_arrays_here, data, json_body is not None)
+
+
+def _threshold() -> float:
+    return get_settings().upload_process_mb * 2**20
+
+
+def _content(file: BinaryIO | None, json_body: bytes | None) -> tuple[BinaryIO | bytes, int]:
+    if json_body is not None:
+        return json_body, len(json_body)
+    assert file is not None
+    size = file.seek(0, io.SEEK_END)
+    file.seek(0)
+    return file, size
+
+
+def _in_process(fn: Any, data: BinaryIO | bytes, is_json: bool) -> Any:
+    """``fn(content, is_json)`` in a process of its own, which ends with the call (and gives
+    back the memory a large parse took)."""
+    content = data if isinstance(data, bytes) else data.read()
+    # A fork server: started once (it imports the parsers, not the server), it forks each
+    # parsing process from its own single thread, so a parse starts in milliseconds and
+    # inherits no thread state from the server. It ends when this process does.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__, "app.services.objects", "app.services.answers"])
+    try:
+        with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+            return pool.submit(fn, content, is_json).result()
+    except BrokenProcessPool as error:
+        raise InvalidInput(
+            "the upload could not be parsed: its parsing process ended (out of memory?)"
+        ) from error
+
+
+def parse_json(body: bytes, json_type: Any) -> Any:
+    """``body`` validated as ``json_type``, or :class:`InvalidInput` naming the first problem."""
+    try:
+        return TypeAdapter(json_type).validate_json(body)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        if first["type"] == "json_invalid":
+            raise InvalidInput(f"malformed JSON: {first['msg']}") from error
+        suffix = f" (and {error.error_count() - 1} more errors)" if error.error_count() > 1 else ""
+        raise InvalidInput(
+            f"invalid body at {where or 'top level'}: {first['msg']}{suffix}"
+        ) from error
+
+
+def _objects_rows_here(data: BinaryIO | bytes, is_json: bool) -> list[dict]:
+    from app.schemas.objects import ObjectCreate
+    from app.services.objects import parse_objects_csv
+
+    if is_json:
+        assert isinstance(data, bytes)
+        objects = parse_json(data, list[ObjectCreate])
+    else:
+        objects = parse_objects_csv(io.BytesIO(data) if isinstance(data, bytes) else data)
+    return [o.model_dump() for o in objects]
+
+
+def _objects_rows_chunks(data: bytes, is_json: bool) -> list[bytes]:
+    rows = _objects_rows_here(data, is_json)
+    return [
+        pickle.dumps(rows[start : start + _CHUNK_ROWS], protocol=pickle.HIGHEST_PROTOCOL)
+        for start in range(0, len(rows), _CHUNK_ROWS)
+    ]
+
+
+def _answer_arrays_here(data: BinaryIO | bytes, is_json: bool) -> tuple[np.ndarray, np.ndarray]:
+    from app.schemas.answers import AnswersImport
+    from app.services.answers import parse_answers_csv
+
+    if is_json:
+        assert isinstance(data, bytes)
+        body = parse_json(data, AnswersImport)
+        triplets, pairs = body.triplets, body.pairs
+    else:
+        triplets, pairs = parse_answers_csv(io.BytesIO(data) if isinstance(data, bytes) else data)
+    return (
+        np.asarray(triplets, dtype=np.int64).reshape(-1, 3),
+        np.asarray(pairs, dtype=np.int64).reshape(-1, 3),
+    )

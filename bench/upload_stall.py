@@ -1,0 +1,205 @@
+"""Worker API latency while a researcher uploads 40 MiB, beside the same load idle.
+
+A real `tripletlab serve` serves a project ``load`` of 500 objects with a random plan. A
+fixed-rate load of simulated workers (open loop: a round trip GET next + POST answer starts
+every 1/rate seconds whatever the server does) is measured idle, then while a researcher
+uploads, into another project ``bulk``:
+
+* a 40 MiB objects CSV (name, text, label, target, f0..f9; ~250,000 rows), then
+* a 40 MiB answers CSV (kind, a, b, c, outcome; ~2 million triplets),
+
+each as a multipart upload. The issue's complaint: every worker request waited 6-8 s while
+such an upload was parsed on the event loop. The load runs from when the upload starts to
+when its response arrives.
+
+    .venv/bin/python bench/upload_stall.py [--rate 20] [--idle-seconds 15] [--mib 40]
+        [--database-url postgresql+psycopg://...]   # default: a fresh SQLite file
+
+To measure another version of the app (e.g. before a change), run the same script with
+``PYTHONPATH=<a checkout of that version>``: the server inherits it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import os
+import sys
+import time
+from collections.abc import Callable
+
+import httpx
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _server import reset_postgres, running_server
+from serving_latency import summary
+
+
+def objects_csv(mib: float) -> bytes:
+    """An objects CSV of about ``mib`` MiB."""
+    rng = np.random.default_rng(0)
+    out = io.StringIO()
+    out.write("name,text,label,target," + ",".join(f"f{i}" for i in range(10)) + "\n")
+    i = 0
+    while out.tell() < mib * 2**20:
+        features = ",".join(f"{v:.5f}" for v in rng.normal(size=10))
+        out.write(f"object {i},a short description of object {i},c{i % 7},{i / 3:.3f},{features}\n")
+        i += 1
+    return out.getvalue().encode()
+
+
+def answers_csv(mib: float, n_objects: int) -> bytes:
+    """An answers CSV of about ``mib`` MiB: distinct random triplets over ``n_objects``."""
+    rng = np.random.default_rng(1)
+    lines = ["kind,a,b,c,outcome\n"]
+    size = len(lines[0])
+    while size < mib * 2**20:
+        rows = rng.integers(0, n_objects, size=(100_000, 3))
+        rows = rows[
+            (rows[:, 0] != rows[:, 1]) & (rows[:, 0] != rows[:, 2]) & (rows[:, 1] != rows[:, 2])
+        ]
+        chunk = "".join(f"triplet,{a},{b},{c},\n" for a, b, c in rows.tolist())
+        lines.append(chunk)
+        size += len(chunk)
+    return "".join(lines).encode()
+
+
+def setup(base: str, key: str) -> None:
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=base, timeout=600, headers=headers) as client:
+        for slug in ("load", "bulk"):
+            assert client.post("/api/projects", json={"slug": slug, "name": slug}).is_success
+        objects = [{"name": f"o{i}"} for i in range(500)]
+        assert client.post("/api/projects/load/objects", json=objects).status_code == 201
+        plan = {"strategies": [{"kind": "random"}], "queries_per_session": 5000, "repeat_rate": 0.0}
+        assert client.put("/api/projects/load/plan", json=plan).status_code == 200
+
+
+async def open_sessions(client: httpx.AsyncClient, label: str, n: int) -> asyncio.Queue:
+    free: asyncio.Queue = asyncio.Queue()
+    for i in range(n):
+        opened = await client.post(
+            "/api/w/load/sessions", json={"participant": f"{label}-{i}", "simulated": True}
+        )
+        body = opened.json()
+        free.put_nowait((body["session_id"], {"Authorization": f"Bearer {body['session_token']}"}))
+    return free
+
+
+async def load_while(
+    base: str, rate: float, label: str, work: Callable[[], object] | None, seconds: float = 0.0
+) -> tuple[list[float], object]:
+    """Open-loop worker round trips at ``rate`` per second while ``work`` runs in a thread
+    (or for ``seconds`` when there is none); their latencies (ms) and what ``work`` returned."""
+    latencies: list[float] = []
+    async with httpx.AsyncClient(base_url=base, timeout=120) as client:
+        failures = FAILURES.setdefault(label, [])
+        free = await open_sessions(client, label, 32)
+
+        async def one() -> None:
+            session_id, headers = await free.get()
+            started = time.perf_counter()
+            try:
+                nxt = await client.get(f"/api/w/sessions/{session_id}/next", headers=headers)
+                query = nxt.json()["query"]
+                posted = await client.post(
+                    f"/api/w/sessions/{session_id}/answers",
+                    json={
+                        "token": query["token"],
+                        "choice": query["objects"][1]["index"],
+                        "client_ms": 1500,
+                    },
+                    headers=headers,
+                )
+                posted.raise_for_status()
+                latencies.append((time.perf_counter() - started) * 1000)
+            except (httpx.HTTPError, KeyError, TypeError, ValueError) as error:
+                failures.append(f"{type(error).__name__}: {str(error)[:120]}")
+            finally:
+                free.put_nowait((session_id, headers))
+
+        job = asyncio.create_task(asyncio.to_thread(work)) if work else None
+        tasks = []
+        begin = time.perf_counter()
+        i = 0
+        while (job is not None and not job.done()) or (job is None and i < rate * seconds):
+            delay = begin + i / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one()))
+            i += 1
+        await asyncio.gather(*tasks)
+        result = await job if job else None
+    return latencies, result
+
+
+FAILURES: dict[str, list[str]] = {}  # by phase: round trips that failed (error, not timing)
+
+
+def uploader(base: str, key: str, path: str, content: bytes) -> Callable[[], tuple[float, int]]:
+    def send() -> tuple[float, int]:
+        started = time.perf_counter()
+        with httpx.Client(base_url=base, timeout=900) as client:
+            response = client.post(
+                path,
+                files={"file": ("upload.csv", content, "text/csv")},
+                headers={"Authorization": f"Bearer {key}"},
+            )
+        if not response.is_success:
+            print(response.text[:400])
+        return time.perf_counter() - started, response.status_code
+
+    return send
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rate", type=float, default=20.0, help="round trips per second")
+    parser.add_argument("--idle-seconds", type=float, default=15.0)
+    parser.add_argument("--mib", type=float, default=40.0, help="size of each upload")
+    parser.add_argument("--database-url", default=None)
+    args = parser.parse_args()
+    if args.database_url:
+        reset_postgres(args.database_url)
+
+    objects = objects_csv(args.mib)
+    answers = answers_csv(args.mib, objects.count(b"\n") - 1)
+    rows: list[tuple[str, list[float], tuple[float, int] | None]] = []
+    with running_server(args.database_url) as (base, key, _):
+        setup(base, key)
+        asyncio.run(load_while(base, args.rate, "warm", None, 3.0))
+        idle, _ = asyncio.run(load_while(base, args.rate, "idle", None, args.idle_seconds))
+        rows.append(("idle", idle, None))
+        for what, path, content in [
+            ("objects", "/api/projects/bulk/objects", objects),
+            ("answers", "/api/projects/bulk/answers", answers),
+        ]:
+            send = uploader(base, key, path, content)
+            latencies, upload = asyncio.run(load_while(base, args.rate, what, send))
+            rows.append((f"during {len(content) / 2**20:.0f} MiB {what} CSV", latencies, upload))
+
+    database = "PostgreSQL" if args.database_url else "SQLite"
+    print(
+        f"\nworker round trips (GET next + POST answer) at {args.rate:.0f}/s; {database}; "
+        f"1 server process; load average {os.getloadavg()[0]:.1f} at the end"
+    )
+    print(f"{'':32s} {'n':>6s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'upload':>14s}")
+    idle_p99 = summary(rows[0][1])[1]
+    for label, latencies, upload in rows:
+        p50, p99 = summary(latencies)
+        took = f"{upload[1]} in {upload[0]:.1f} s" if upload else ""
+        worst = max(latencies)
+        print(f"{label:32s} {len(latencies):6d} {p50:8.1f} {p99:8.1f} {worst:8.1f} {took:>14s}")
+    for label, latencies, _ in rows[1:]:
+        print(f"p99 {label} / idle: {summary(latencies)[1] / idle_p99:.2f}")
+    for phase, failures in FAILURES.items():
+        if failures:
+            print(f"{len(failures)} failed round trips during {phase}, e.g. {failures[0]}")
+
+
+if __name__ == "__main__":
+    main()
