@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 
-from app.api.deps import OwnedProject, SessionDep
+from app.api.deps import ObjectIndex, Offset, OwnedProject, SessionDep
 from app.api.uploads import read_upload, upload_body
 from app.errors import InvalidInput
 from app.schemas.objects import ObjectCreate, ObjectPublic, ObjectsCreated, ObjectsPublic
@@ -46,7 +46,7 @@ async def create_objects(project: OwnedProject, db: SessionDep, request: Request
 def read_objects(
     project: OwnedProject,
     db: SessionDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
 ) -> ObjectsPublic:
     objects = service.list_objects(db, project, offset, limit)
@@ -56,5 +56,5 @@ def read_objects(
 
 
 @router.get("/{index}", response_model=ObjectPublic)
-def read_object(project: OwnedProject, db: SessionDep, index: int) -> ObjectPublic:
+def read_object(project: OwnedProject, db: SessionDep, index: ObjectIndex) -> ObjectPublic:
     return ObjectPublic.model_validate(service.get_object(db, project, index))

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, status
 from sqlalchemy import select
 
-from app.api.deps import CurrentKey, OwnedProject, SessionDep
+from app.api.deps import CurrentKey, OwnedProject, RowId, SessionDep
 from app.db.models import Project
 from app.schemas.models import (
     JobPublic,
@@ -65,12 +65,12 @@ def _owned_project_ids(db: SessionDep, key: CurrentKey) -> set[int] | None:
 
 
 @router.get("/api/jobs/{job_id}", response_model=JobPublic)
-def read_job(job_id: int, db: SessionDep, key: CurrentKey) -> JobPublic:
+def read_job(job_id: RowId, db: SessionDep, key: CurrentKey) -> JobPublic:
     return job_service.get_job(db, job_id, _owned_project_ids(db, key))
 
 
 @router.delete("/api/jobs/{job_id}", response_model=JobPublic)
-def cancel_job(job_id: int, db: SessionDep, key: CurrentKey) -> JobPublic:
+def cancel_job(job_id: RowId, db: SessionDep, key: CurrentKey) -> JobPublic:
     """Cancel a queued or running job (a finished one is returned unchanged)."""
     job = job_service.get_job(db, job_id, _owned_project_ids(db, key))
     return job_service.cancel_job(db, job)

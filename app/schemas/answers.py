@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field
 
-Triplet = Annotated[list[StrictInt], Field(min_length=3, max_length=3)]
-Pair = Annotated[list[StrictInt], Field(min_length=3, max_length=3)]
+from app.schemas.common import Int32
+
+Triplet = Annotated[list[Int32], Field(min_length=3, max_length=3)]
+Pair = Annotated[list[Int32], Field(min_length=3, max_length=3)]
 
 
 class AnswersImport(BaseModel):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.schemas.common import Int32
 
 
 class PublicProject(BaseModel):
@@ -74,7 +76,7 @@ class AnswerCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     token: str = Field(min_length=1, max_length=64)
-    choice: StrictInt
+    choice: Int32
     client_ms: float | None = Field(default=None, allow_inf_nan=False)
 
 
