@@ -23,6 +23,7 @@ from app.api import (
     worker,
 )
 from app.api.edge import EdgeGuard
+from app.api.ratelimit import WorkerLimits
 from app.api.uploads import BodySizeLimit
 from app.config import Settings, get_settings
 from app.errors import install_error_handlers
@@ -81,6 +82,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     install_error_handlers(app)
+    app.state.worker_limits = WorkerLimits(
+        settings.worker_rate_session,
+        settings.worker_burst_session,
+        settings.worker_rate_address,
+        settings.worker_burst_address,
+    )
     # BodySizeLimit is added last, so it is outermost: EdgeGuard reads bodies through it.
     app.add_middleware(EdgeGuard)
     app.add_middleware(BodySizeLimit, max_bytes=int(settings.max_upload_mb * 2**20))

@@ -30,6 +30,19 @@ class SimulationResult:
     latencies_ms: list[float] = field(default_factory=list)
 
 
+class PatientTransport(httpx.HTTPTransport):
+    """Waits out the worker API's rate limits: a 429 is retried after its Retry-After."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        for _ in range(20):
+            response = super().handle_request(request)
+            if response.status_code != 429:
+                return response
+            response.close()
+            time.sleep(min(float(response.headers.get("retry-after", "1")), 30.0))
+        return response
+
+
 def fetch_objects(client: httpx.Client, slug: str, api_key: str) -> tuple[np.ndarray, np.ndarray]:
     headers = {"Authorization": f"Bearer {api_key}"}
     rows: list[dict] = []
@@ -87,7 +100,7 @@ def simulate(
             result.answers -= 1
 
     def work(number: int) -> None:
-        with httpx.Client(base_url=base_url, timeout=30) as client:
+        with httpx.Client(base_url=base_url, timeout=30, transport=PatientTransport()) as client:
             generation = 0
             while True:
                 participant = f"sim-{seed}-{number}-{generation}"

@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.api.deps import SessionDep
+from app.api.ratelimit import limit_worker
 from app.config import get_settings
 from app.db.models import Project, WorkSession
 from app.errors import NotFound
@@ -30,7 +31,7 @@ from app.schemas.worker import (
 from app.services import issuance, responses, sessions
 from app.services.projects import project_plan
 
-router = APIRouter(prefix="/api/w", tags=["worker"])
+router = APIRouter(prefix="/api/w", tags=["worker"], dependencies=[Depends(limit_worker)])
 T = TypeVar("T")
 
 

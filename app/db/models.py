@@ -149,6 +149,10 @@ class WorkSession(Base):
         ForeignKey("participants.id", ondelete="CASCADE"), index=True
     )
     token_hash: Mapped[str] = mapped_column(String(64))
+    # Hash of what resumes this session from another page load: the platform's
+    # per-assignment id (MTurk assignmentId, Prolific SESSION_ID) or the browser's resume
+    # secret. A participant id alone never resumes a session: it is no password.
+    resume_hash: Mapped[str | None] = mapped_column(String(64))
     source: Mapped[str] = mapped_column(String(10), default="crowd")  # crowd | simulated
     total: Mapped[int] = mapped_column(Integer)
     answered: Mapped[int] = mapped_column(Integer, default=0)
