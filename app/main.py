@@ -39,6 +39,7 @@ def _error(description: str, model: type = ErrorBody) -> dict:
 
 # What a refusal looks like, documented on every API route (the handlers in app/errors.py).
 API_ERRORS: dict[int | str, dict] = {
+    400: _error("The body could not be parsed at all (not UTF-8, broken multipart)."),
     401: _error("No key, or a key (or session token) that is not valid."),
     403: _error("The key's role (or the session) may not do this."),
     404: _error("No such project, object, model, job or session (or someone else's)."),
