@@ -122,3 +122,31 @@ def test_the_readme_walkthrough_runs_pasted_in_order(live, tmp_path):
     assert np.load(work / "triplets.npy").tolist() == [[0, 1, 2]]
     assert "kind,a,b,c" in result.stdout.replace(" ", "")
     assert "/w/faces" in result.stdout
+
+
+@pytest.mark.slow
+def test_out_of_range_values_keep_the_connection_alive(live):
+    """An overflowing id used to answer 500 and reset the keep-alive connection."""
+    import http.client
+
+    url, key = live
+    host, port = url.split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    headers = {"Authorization": f"Bearer {key}"}
+    try:
+        connection.request("GET", f"/api/jobs/{10**20}", headers=headers)
+        first = connection.getresponse()
+        body = first.read().decode()
+        assert first.status == 422 and "job_id" in body
+        assert (first.getheader("connection") or "").lower() != "close"
+        socket_before = connection.sock
+        connection.request("GET", "/api/projects?x=%00", headers=headers)
+        second = connection.getresponse()
+        assert second.status == 422 and "NUL" in second.read().decode()
+        connection.request("GET", "/api/projects", headers=headers)
+        third = connection.getresponse()
+        assert third.status == 200
+        third.read()
+        assert connection.sock is socket_before  # the same connection served all three
+    finally:
+        connection.close()

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.api.deps import CurrentKey, ObjectIndex, RowId, SessionDep
 from app.db.models import Model
 from app.errors import InvalidInput
-from app.schemas.common import MAX_INT32, Index, Int32
+from app.schemas.common import MAX_INT32, Index, Int32, Rows
 from app.schemas.models import ModelKind
 from app.services import models as service
 from app.services.projects import get_project
@@ -99,18 +99,18 @@ class PairsRequest(BaseModel):
 @routes("GET", "/predictions")
 def read_predictions(
     model: ModelDep, db: SessionDep, k: Annotated[int, Query(ge=1, le=10_000)] = 1
-) -> list[dict]:
+) -> Rows:
     """TripletBoost: a label (or an abstention) per unlabelled object; MetricBoost and
     embeddings: k-NN labels of the unlabelled objects."""
     if model.kind == "tripletboost":
-        return service.tripletboost_predictions(db, model, None)
-    return service.knn_labels(db, model, k)
+        return Rows.of(service.tripletboost_predictions(db, model, None))
+    return Rows.of(service.knn_labels(db, model, k))
 
 
 @routes("POST", "/predict")
-def predict(model: ModelDep, data: ObjectsRequest, db: SessionDep) -> list[dict]:
+def predict(model: ModelDep, data: ObjectsRequest, db: SessionDep) -> Rows:
     """TripletBoost labels for the given objects."""
-    return service.tripletboost_predictions(db, model, data.objects)
+    return Rows.of(service.tripletboost_predictions(db, model, data.objects))
 
 
 @routes("GET", "/embedding")
@@ -133,9 +133,9 @@ def read_neighbors(
     db: SessionDep,
     index: ObjectIndex,
     k: Annotated[int, Query(ge=1, le=10_000)] = 10,
-) -> list[dict]:
+) -> Rows:
     """The k objects most similar to ``index``."""
-    return service.neighbors(db, model, index, k)
+    return Rows.of(service.neighbors(db, model, index, k))
 
 
 @routes("GET", "/kernel", response_class=Response)
@@ -161,9 +161,9 @@ def predict_triplets(model: ModelDep, data: TripletsRequest, db: SessionDep) -> 
 
 
 @routes("GET", "/ranking")
-def read_ranking(model: ModelDep, db: SessionDep) -> list[dict]:
+def read_ranking(model: ModelDep, db: SessionDep) -> Rows:
     """Objects ordered by SVMcompare's ranking function r(x), best first."""
-    return service.ranking(db, model)
+    return Rows.of(service.ranking(db, model))
 
 
 @routes("POST", "/compare")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, StrictInt
 
@@ -17,6 +17,17 @@ Int32 = Annotated[StrictInt, Field(ge=MIN_INT32, le=MAX_INT32)]
 
 Index = Annotated[StrictInt, Field(ge=0, le=MAX_INT32)]
 """An object index in a JSON body (0, 1, 2, …)."""
+
+
+class Rows(BaseModel):
+    """A list answer, in the one shape every list route uses."""
+
+    data: list[dict[str, Any]]
+    count: int
+
+    @classmethod
+    def of(cls, rows: list[dict[str, Any]]) -> Rows:
+        return cls(data=rows, count=len(rows))
 
 
 class ErrorBody(BaseModel):
