@@ -11,7 +11,8 @@ class StrategySpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: str = Field(description="random, landmark_k1, landmark_k2, pairs or gold")
-    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    # Bounded: two weights near the float maximum summed to inf, and issuing then failed.
+    weight: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False)
     budget: int | None = Field(
         default=None,
         ge=1,

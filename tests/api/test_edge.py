@@ -210,3 +210,10 @@ def test_docs_and_redoc_load_nothing_from_other_hosts(client):
             asset = client.get(url)
             assert asset.status_code == 200 and len(asset.content) > 500, url
         assert "https://" not in response.text.split("<body>")[0].replace("https://fastapi", "")
+
+
+def test_plan_weights_are_bounded_so_their_sum_stays_finite(client, admin_headers, project):
+    plan = {"strategies": [{"kind": "random", "weight": 1e308}, {"kind": "pairs", "weight": 1e308}]}
+    response = client.put("/api/projects/edge/plan", json=plan, headers=admin_headers)
+    assert response.status_code == 422
+    assert "strategies.0.weight" in response.json()["detail"]
