@@ -126,7 +126,7 @@ def _done(db: Session, project: Project, work: WorkSession, message: str) -> Nex
     redirect = plan.completion.redirect_url if plan else None
     participant = sessions.participant_of(db, work)
     submit = None
-    params = participant.platform_params or {}
+    params = work.platform_params or participant.platform_params or {}
     if (
         participant.platform == "mturk"
         and params.get("turkSubmitTo")

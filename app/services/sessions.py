@@ -130,6 +130,7 @@ def open_session(
             participant_id=participant.id,
             token_hash=_hash(token),
             resume_hash=resume_hashes[0] if resume_hashes else None,
+            platform_params=identity.params,
             source=source,
             total=total,
             answered=0,
@@ -141,6 +142,9 @@ def open_session(
         if work.total == 0 and work.finished_at is None:
             work.total = total  # opened before the project had a plan
         if identity.params:
+            # Each session keeps the parameters it was opened with (what a stranger types
+            # changes no one else's session): the MTurk assignment it submits is its own.
+            work.platform_params = {**(work.platform_params or {}), **identity.params}
             participant.platform_params = {**participant.platform_params, **identity.params}
     db.commit()
     return work, token

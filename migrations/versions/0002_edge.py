@@ -1,4 +1,4 @@
-"""sessions.resume_hash: what a browser must show to resume a session
+"""sessions.resume_hash (what resumes a session) and sessions.platform_params
 
 Revision ID: 0002_edge
 Revises: 0001
@@ -21,8 +21,10 @@ def upgrade() -> None:
     # participant gets a new session (their answers stay theirs).
     with op.batch_alter_table("sessions") as batch:
         batch.add_column(sa.Column("resume_hash", sa.String(length=64), nullable=True))
+        batch.add_column(sa.Column("platform_params", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
     with op.batch_alter_table("sessions") as batch:
+        batch.drop_column("platform_params")
         batch.drop_column("resume_hash")

@@ -9,7 +9,7 @@ from app.api.deps import get_db
 from app.api.ratelimit import TokenBuckets
 from app.config import get_settings
 from app.main import create_app
-from tests.factories import make_objects, make_project, next_query, set_plan
+from tests.factories import answer_all, make_objects, make_project, next_query, set_plan
 
 
 @pytest.fixture
@@ -66,6 +66,23 @@ def test_mturk_resumes_by_assignment_from_any_browser_but_not_by_worker_id(clien
     )
     assert forged != first
     assert works(client, forged, forged_headers)
+
+
+def test_each_mturk_assignment_submits_its_own_assignment_id(client, project):
+    submit = "https://workersandbox.mturk.com"
+    mturk = {"workerId": "W2", "hitId": "H", "turkSubmitTo": submit}
+    first, first_headers = opened(client, **mturk, assignmentId="A1")
+    answer_all(client, first, first_headers)
+    second, second_headers = opened(client, **mturk, assignmentId="A2")
+    assert second != first
+    answer_all(client, second, second_headers)
+    forged, _ = opened(client, **mturk, assignmentId="FORGED", resume_secret=SECRET_B)
+    assert forged not in (first, second)
+    again, again_headers = opened(client, **mturk, assignmentId="A1")
+    assert again == first
+    done_first = next_query(client, again, again_headers)["mturk_submit"]
+    done_second = next_query(client, second, second_headers)["mturk_submit"]
+    assert done_first["assignmentId"] == "A1" and done_second["assignmentId"] == "A2"
 
 
 def test_prolific_resumes_by_session_id_or_the_browser_secret(client, project):
