@@ -22,7 +22,7 @@ from app.api import (
     training,
     worker,
 )
-from app.api.edge import EdgeGuard
+from app.api.edge import NoSniff, RejectNul
 from app.api.ratelimit import WorkerLimits
 from app.api.uploads import BodySizeLimit
 from app.config import Settings, get_settings
@@ -89,9 +89,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.worker_rate_address,
         settings.worker_burst_address,
     )
-    # BodySizeLimit is added last, so it is outermost: EdgeGuard reads bodies through it.
-    app.add_middleware(EdgeGuard)
+    # The last added is outermost: RejectNul reads bodies through BodySizeLimit, and
+    # NoSniff marks every response, the 413 of BodySizeLimit too.
+    app.add_middleware(RejectNul)
     app.add_middleware(BodySizeLimit, max_bytes=int(settings.max_upload_mb * 2**20))
+    app.add_middleware(NoSniff)
     for router in (
         projects.router,
         objects.router,

@@ -1,15 +1,16 @@
-"""The edge of the service: checks every request passes before any route sees it.
+"""The edge of the service: what every request and response passes through.
 
 * Text with NUL characters is refused (422 naming where it is): PostgreSQL cannot store
   them (it raised a 500) and SQLite stores them silently, so both databases now refuse
   them alike. The request path, every query parameter and every string (key or value) of
-  a JSON body are checked; uploads (CSV, ZIP) are checked where they are parsed.
+  a JSON body are checked; uploads (CSV, ZIP) are not JSON: their parsers must check them.
 * Every response says ``X-Content-Type-Options: nosniff``: API answers, media files and
   static assets alike, so a browser never guesses an uploaded file to be HTML or script.
 
-It is a plain ASGI middleware: a JSON body is read once here (bodies are small, and
-``BodySizeLimit`` bounds them), searched for the escape ``\\u0000`` as bytes, parsed only
-when the escape is there, and handed on unchanged.
+Two plain ASGI middlewares (no thread hop, no SQL). ``RejectNul`` reads a JSON body once
+(``BodySizeLimit``, outside it, bounds it), searches it for the escape ``\\u0000`` as bytes,
+parses it only when the escape is there, and hands it on unchanged. ``NoSniff`` is the
+outermost, so even the body size limit's 413 carries the header.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ def find_nul(value: Any, where: str) -> str | None:
     return None
 
 
-class EdgeGuard:
-    """Refuse NUL characters in paths, query strings and JSON bodies; add ``nosniff``."""
+class NoSniff:
+    """Add ``X-Content-Type-Options: nosniff`` to every response (outermost middleware)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -61,6 +62,22 @@ class EdgeGuard:
                 message = {**message, "headers": headers}
             await send(message)
 
+        await self.app(scope, receive, send_nosniff)
+
+
+class RejectNul:
+    """Refuse NUL characters in paths, query strings and JSON bodies (422 naming where).
+
+    It sits inside ``BodySizeLimit``, so the bodies it reads are already bounded.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
         where = self._nul_in_url(scope)
         if where is None and self._is_json(scope):
             body, more = await _read_body(receive)
@@ -68,9 +85,9 @@ class EdgeGuard:
                 where = self._nul_in_json(body)
             receive = _replay(body, more, receive)
         if where is not None:
-            await _refuse(send_nosniff, f"{where}: NUL characters (\\u0000) are not allowed")
+            await _refuse(send, f"{where}: NUL characters (\\u0000) are not allowed")
             return
-        await self.app(scope, receive, send_nosniff)
+        await self.app(scope, receive, send)
 
     @staticmethod
     def _nul_in_url(scope: Scope) -> str | None:

@@ -161,7 +161,11 @@ def test_every_response_says_nosniff(client, admin_headers, project):
         client.get("/media/none.png"),
         client.get("/w/edge"),
         client.get("/openapi.json"),
+        client.post(  # refused by the body size limit, before any route
+            "/api/projects", content=b"x" * (3 * 2**20), headers=admin_headers
+        ),
     ]
+    assert responses[-1].status_code == 413
     for response in responses:
         assert response.headers["x-content-type-options"] == "nosniff", response.url
 
