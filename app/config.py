@@ -96,6 +96,24 @@ class Settings(BaseSettings):
         description="How long a dashboard sign-in lasts, in hours (revoking the key or "
         "signing out ends it at once).",
     )
+    worker_rate_session: float = Field(
+        default=10.0,
+        ge=0,
+        description="Worker API requests per second one session may send, sustained "
+        "(each question is two: next and answer); over it, 429 with Retry-After. 0: no limit.",
+    )
+    worker_burst_session: int = Field(
+        default=40, ge=1, description="Worker API requests one session may send at once."
+    )
+    worker_rate_address: float = Field(
+        default=100.0,
+        ge=0,
+        description="Worker API requests per second from one client address, sustained "
+        "(all its sessions together, per server process). 0: no limit.",
+    )
+    worker_burst_address: int = Field(
+        default=400, ge=1, description="Worker API requests one client address may send at once."
+    )
     demo: bool = Field(
         default=True,
         description="Create the digits demo project on `tripletlab serve` if it does not exist.",

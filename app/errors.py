@@ -43,6 +43,16 @@ class InvalidInput(AppError):
     status_code = 422
 
 
+class TooManyRequests(AppError):
+    """Over a rate limit; ``Retry-After`` says how many seconds to wait."""
+
+    status_code = 429
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(detail)
+        self.retry_after = max(1, retry_after)
+
+
 def _describe_validation_error(error: dict) -> str:
     location = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
     message = error.get("msg", "invalid value")
@@ -55,6 +65,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AppError)
     async def handle_app_error(request: Request, exc: AppError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
+        if isinstance(exc, TooManyRequests):
+            headers = {"Retry-After": str(exc.retry_after)}
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)

@@ -7,6 +7,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from app.api import (
@@ -21,12 +23,41 @@ from app.api import (
     training,
     worker,
 )
+from app.api.edge import NoSniff, RejectNul
+from app.api.ratelimit import WorkerLimits
 from app.api.timings import RouteTimings
 from app.api.uploads import BodySizeLimit
 from app.config import Settings, get_settings
 from app.errors import install_error_handlers
+from app.schemas.common import ErrorBody, ValidationErrorBody
 
-FRONTEND_STATIC = Path(__file__).resolve().parents[1] / "frontend" / "static"
+FRONTEND = Path(__file__).resolve().parents[1] / "frontend"
+FRONTEND_STATIC = FRONTEND / "static"
+
+
+def _error(description: str, model: type = ErrorBody) -> dict:
+    return {"model": model, "description": description}
+
+
+# What a refusal looks like, documented on every API route (the handlers in app/errors.py).
+API_ERRORS: dict[int | str, dict] = {
+    400: _error("The body could not be parsed at all (not UTF-8, broken multipart)."),
+    401: _error("No key, or a key (or session token) that is not valid."),
+    403: _error("The key's role (or the session) may not do this."),
+    404: _error("No such project, object, model, job or session (or someone else's)."),
+    409: _error("Conflicts with what is stored (a taken slug, another answer to a question)."),
+    413: _error("The request body is larger than TRIPLETLAB_MAX_UPLOAD_MB."),
+    422: _error(
+        "Invalid input: the summary in `detail`, the first issues in `errors`.",
+        ValidationErrorBody,
+    ),
+    503: _error("The database is busy or unavailable; nothing was changed, retry shortly."),
+}
+WORKER_ERRORS: dict[int | str, dict] = {
+    **API_ERRORS,
+    410: _error("The question's lease expired: ask for the next one."),
+    429: _error("Too many requests from this session or address: wait `Retry-After` seconds."),
+}
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -50,10 +81,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="Triplet Lab",
         summary="Collect human comparisons, ask the next question actively, learn from answers.",
         version="0.1.0",
+        docs_url=None,
+        redoc_url=None,
     )
     install_error_handlers(app)
+    app.state.worker_limits = WorkerLimits(
+        settings.worker_rate_session,
+        settings.worker_burst_session,
+        settings.worker_rate_address,
+        settings.worker_burst_address,
+    )
+    # The last added is outermost: RejectNul reads bodies through BodySizeLimit, and
+    # NoSniff marks every response, the 413 of BodySizeLimit too.
+    app.add_middleware(RejectNul)
     app.add_middleware(BodySizeLimit, max_bytes=int(settings.max_upload_mb * 2**20))
     app.add_middleware(RouteTimings)
+    app.add_middleware(NoSniff)
     for router in (
         projects.router,
         objects.router,
@@ -65,10 +108,37 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         training.router,
         predictions.router,
     ):
-        app.include_router(router)
+        responses = WORKER_ERRORS if router is worker.router else API_ERRORS
+        app.include_router(router, responses=responses)
     dashboard.install_dashboard(app)
+    _add_docs(app)
     media = settings.data_dir / "media"
     media.mkdir(parents=True, exist_ok=True)
     app.mount("/media", StaticFiles(directory=media), name="media")
     app.mount("/static", StaticFiles(directory=FRONTEND_STATIC), name="static")
+    app.mount("/vendor", StaticFiles(directory=FRONTEND / "vendor"), name="vendor")
     return app
+
+
+def _add_docs(app: FastAPI) -> None:
+    """Swagger UI at /docs and ReDoc at /redoc, from vendored assets: they work offline."""
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title=f"{app.title} — API",
+            swagger_js_url="/vendor/swagger-ui/swagger-ui-bundle.js",
+            swagger_css_url="/vendor/swagger-ui/swagger-ui.css",
+            swagger_favicon_url="/vendor/swagger-ui/favicon-32x32.png",
+        )
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc() -> HTMLResponse:
+        return get_redoc_html(
+            openapi_url="/openapi.json",
+            title=f"{app.title} — API",
+            redoc_js_url="/vendor/redoc/redoc.standalone.js",
+            redoc_favicon_url="/vendor/swagger-ui/favicon-32x32.png",
+            with_google_fonts=False,
+        )

@@ -41,6 +41,19 @@ class SimulationResult:
     latencies_ms: list[float] = field(default_factory=list)
 
 
+class PatientTransport(httpx.HTTPTransport):
+    """Waits out the worker API's rate limits: a 429 is retried after its Retry-After."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        for _ in range(20):
+            response = super().handle_request(request)
+            if response.status_code != 429:
+                return response
+            response.close()
+            time.sleep(min(float(response.headers.get("retry-after", "1")), 30.0))
+        return response
+
+
 def fetch_objects(client: httpx.Client, slug: str, api_key: str) -> tuple[np.ndarray, np.ndarray]:
     headers = {"Authorization": f"Bearer {api_key}"}
     rows: list[dict] = []
@@ -104,7 +117,7 @@ def simulate(
     def connect() -> httpx.Client:
         if client_factory is not None:
             return client_factory()
-        return httpx.Client(base_url=base_url, timeout=30)
+        return httpx.Client(base_url=base_url, timeout=30, transport=PatientTransport())
 
     if objects is None:
         with connect() as client:

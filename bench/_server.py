@@ -69,6 +69,10 @@ def running_server(database_url: str | None = None, **settings: str) -> Iterator
             "TRIPLETLAB_DATABASE_URL": database_url or f"sqlite:///{tmp}/bench.db",
             "TRIPLETLAB_DATA_DIR": f"{tmp}/data",
             "TRIPLETLAB_DEMO": "false",
+            # One client address drives hundreds of sessions: the worker rate limits would
+            # measure themselves, not the server (a benchmark may still set them).
+            "TRIPLETLAB_WORKER_RATE_SESSION": "0",
+            "TRIPLETLAB_WORKER_RATE_ADDRESS": "0",
             **{f"TRIPLETLAB_{k.upper()}": v for k, v in settings.items()},
         }
         port = free_port()

@@ -15,6 +15,10 @@ os.environ["TRIPLETLAB_DATA_DIR"] = str(_DATA_DIR)
 os.environ["TRIPLETLAB_DEMO"] = "false"
 os.environ["TRIPLETLAB_MAX_UPLOAD_MB"] = "2"
 os.environ["TRIPLETLAB_RUN_JOBS"] = "false"
+# Tests (and the servers they start) drive the worker API far faster than people do; the
+# rate limits are tested on their own app (tests/api/test_worker_limits.py).
+os.environ["TRIPLETLAB_WORKER_RATE_SESSION"] = "0"
+os.environ["TRIPLETLAB_WORKER_RATE_ADDRESS"] = "0"
 
 from fastapi.testclient import TestClient  # noqa: E402
 from sqlalchemy import Engine, text  # noqa: E402

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -65,7 +66,15 @@ def set_plan(client: TestClient, headers: dict[str, str], slug: str, **overrides
 
 
 def open_session(client: TestClient, slug: str, **params: str) -> tuple[str, dict[str, str]]:
-    response = client.post(f"/api/w/{slug}/sessions", json=params or {"participant": "p1"})
+    """Open (or resume) a session as one browser would: with a resume secret that browser
+    keeps, here derived from the platform parameters (``resume_secret=""`` sends none)."""
+    params = params or {"participant": "p1"}
+    if "resume_secret" not in params:
+        described = ",".join(f"{k}={v}" for k, v in sorted(params.items()))
+        params["resume_secret"] = hashlib.sha256(described.encode()).hexdigest()[:32]
+    elif not params["resume_secret"]:
+        del params["resume_secret"]
+    response = client.post(f"/api/w/{slug}/sessions", json=params)
     assert response.status_code == 201, response.text
     body = response.json()
     return body["session_id"], {"Authorization": f"Bearer {body['session_token']}"}

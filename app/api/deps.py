@@ -6,13 +6,14 @@ from collections.abc import AsyncIterator
 from functools import lru_cache
 from typing import Annotated
 
-from fastapi import Depends, Header, Path
+from fastapi import Depends, Header, Path, Query
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings, get_settings
 from app.db.models import ApiKey, Project
 from app.db.session import get_engine, session_factory
 from app.errors import Forbidden
+from app.schemas.common import MAX_INT32
 from app.services.auth import authenticate
 from app.services.projects import get_project
 
@@ -33,6 +34,12 @@ def _sessions(url: str) -> sessionmaker[Session]:
     # SQLAlchemy's event system registers each one (profiled: a tenth of a round trip).
     return session_factory(get_engine(url))
 
+
+RowId = Annotated[int, Path(ge=0, le=MAX_INT32, description="A row id (a database INTEGER).")]
+ObjectIndex = Annotated[
+    int, Path(ge=0, le=MAX_INT32, description="An object's index in its project (0, 1, 2, …).")
+]
+Offset = Annotated[int, Query(ge=0, le=MAX_INT32, description="Rows to skip.")]
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionDep = Annotated[Session, Depends(get_db)]

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from pydantic import TypeAdapter
 
-from app.api.deps import OwnedProject, SessionDep
+from app.api.deps import ObjectIndex, Offset, OwnedProject, SessionDep
 from app.api.uploads import read_upload, upload_body
 from app.errors import InvalidInput
 from app.schemas.objects import (
@@ -71,7 +71,7 @@ def _created_json(rows: list[dict]) -> bytes:
 def read_objects(
     project: OwnedProject,
     db: SessionDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
 ) -> ObjectsPublic:
     objects = service.list_objects(db, project, offset, limit)
@@ -81,7 +81,7 @@ def read_objects(
 
 
 @router.get("/{index}", response_model=ObjectPublic)
-def read_object(project: OwnedProject, db: SessionDep, index: int) -> ObjectPublic:
+def read_object(project: OwnedProject, db: SessionDep, index: ObjectIndex) -> ObjectPublic:
     return ObjectPublic.model_validate(service.get_object(db, project, index))
 
 

@@ -27,10 +27,14 @@ templates = Jinja2Templates(
     env=Environment(loader=FileSystemLoader(FRONTEND / "templates"), autoescape=True)
 )
 
-# frame-ancestors * because Mechanical Turk shows the page in an iframe.
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; img-src 'self' data: https: http:; style-src 'self'; "
-    "script-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors *"
+    "script-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+)
+# Mechanical Turk shows an ExternalQuestion's page in an iframe on these hosts; only a
+# project whose plan says it runs there lets them (and nobody else) frame its page.
+MTURK_FRAME_ANCESTORS = (
+    "https://www.mturk.com https://worker.mturk.com https://workersandbox.mturk.com"
 )
 PAGE_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
@@ -83,4 +87,10 @@ def read_worker_page(request: Request, slug: str, db: SessionDep) -> HTMLRespons
         "css_version": static_version("worker.css"),
         "js_version": static_version("worker.js"),
     }
-    return templates.TemplateResponse(request, "worker.html", context, headers=PAGE_HEADERS)
+    headers = PAGE_HEADERS
+    if (project.plan or {}).get("mturk"):
+        policy = CONTENT_SECURITY_POLICY.replace(
+            "frame-ancestors 'none'", f"frame-ancestors {MTURK_FRAME_ANCESTORS}"
+        )
+        headers = {**PAGE_HEADERS, "Content-Security-Policy": policy}
+    return templates.TemplateResponse(request, "worker.html", context, headers=headers)

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.deps import OwnedProject, SessionDep
+from app.api.deps import OwnedProject, RowId, SessionDep
 from app.services import quality
 
 router = APIRouter(prefix="/api/projects/{slug}/participants", tags=["participants"])
@@ -34,7 +34,7 @@ def read_participants(project: OwnedProject, db: SessionDep) -> ParticipantsPubl
 
 @router.post("/{participant_id}/flag")
 def flag_participant(
-    project: OwnedProject, participant_id: int, db: SessionDep, body: FlagRequest | None = None
+    project: OwnedProject, participant_id: RowId, db: SessionDep, body: FlagRequest | None = None
 ) -> dict[str, Any]:
     """Flag by hand: their answers are left out of training and marked in exports."""
     reason = body.reason if body else ""
@@ -43,7 +43,7 @@ def flag_participant(
 
 @router.post("/{participant_id}/unflag")
 def unflag_participant(
-    project: OwnedProject, participant_id: int, db: SessionDep
+    project: OwnedProject, participant_id: RowId, db: SessionDep
 ) -> dict[str, Any]:
     """Clear a flag by hand; automatic checks leave this participant alone afterwards."""
     return quality.set_flag(db, project, participant_id, False, "").as_dict()

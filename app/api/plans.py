@@ -54,8 +54,10 @@ def read_links(project: OwnedProject, request: Request, settings: SettingsDep) -
         notes=(
             "Prolific: paste prolific_url as the study URL and set the completion redirect in "
             "the plan's completion.redirect_url. Mechanical Turk: create an ExternalQuestion "
-            "HIT with mturk_external_question; MTurk appends workerId, assignmentId, hitId and "
-            "turkSubmitTo itself, and the page submits the assignment when the worker is done. "
+            'HIT with mturk_external_question and set the plan\'s "mturk": true (only then '
+            "may MTurk's hosts show the page in a frame); MTurk appends workerId, "
+            "assignmentId, hitId and turkSubmitTo itself, and the page submits the "
+            "assignment when the worker is done. "
             "Any other channel: share worker_url (optionally with ?participant=ID)."
         ),
     )

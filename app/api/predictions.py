@@ -12,12 +12,14 @@ import io
 from typing import Annotated, Any
 
 import numpy as np
-from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.deps import CurrentKey, SessionDep
+from app.api.deps import CurrentKey, ObjectIndex, RowId, SessionDep
 from app.db.models import Model
 from app.errors import InvalidInput
+from app.schemas.common import MAX_INT32, Index, Int32, Rows
+from app.schemas.models import ModelKind
 from app.services import models as service
 from app.services.projects import get_project
 
@@ -33,8 +35,11 @@ def resolve_model(request: Request, db: SessionDep, key: CurrentKey) -> Model:
             model_id = int(params["model_id"])
         except ValueError as error:
             raise InvalidInput(
-                f"model id must be an integer, got {params['model_id']!r}"
+                f"model_id: must be an integer, got {params['model_id']!r}"
             ) from error
+        if not 0 <= model_id <= MAX_INT32:
+            # The declared path parameter says the same, but this dependency runs anyway.
+            raise InvalidInput(f"model_id: must be between 0 and {MAX_INT32}, got {model_id}")
         return service.get_model(db, model_id, key)
     project = get_project(db, params["slug"], key)
     return service.latest_model(db, project, params["kind"])
@@ -43,12 +48,26 @@ def resolve_model(request: Request, db: SessionDep, key: CurrentKey) -> Model:
 ModelDep = Annotated[Model, Depends(resolve_model)]
 
 
+def _by_id_path(model_id: RowId) -> None:
+    """Declares (and bounds) the path parameter of the ``/api/models/{model_id}`` routes."""
+
+
+def _latest_path(slug: Annotated[str, Path(max_length=64)], kind: ModelKind) -> None:
+    """Declares (and checks) the path parameters of the latest-of-kind routes."""
+
+
 def routes(method: str, suffix: str, **kwargs: Any):  # type: ignore[no-untyped-def]
     """Register a handler under both the by-id and the latest-of-kind prefix."""
 
     def register(handler):  # type: ignore[no-untyped-def]
-        for prefix in (BY_ID, LATEST):
-            router.add_api_route(prefix + suffix, handler, methods=[method], **kwargs)
+        for prefix, declare in ((BY_ID, _by_id_path), (LATEST, _latest_path)):
+            router.add_api_route(
+                prefix + suffix,
+                handler,
+                methods=[method],
+                dependencies=[Depends(declare)],
+                **kwargs,
+            )
         return handler
 
     return register
@@ -56,42 +75,42 @@ def routes(method: str, suffix: str, **kwargs: Any):  # type: ignore[no-untyped-
 
 class ObjectsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    objects: list[StrictInt] = Field(min_length=1, max_length=100_000)
+    objects: list[Index] = Field(min_length=1, max_length=100_000)
 
 
 class ClustersRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    n_clusters: StrictInt
-    random_state: StrictInt = 0
+    n_clusters: Int32
+    random_state: Int32 = 0
 
 
 class TripletsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    triplets: list[Annotated[list[StrictInt], Field(min_length=3, max_length=3)]] = Field(
+    triplets: list[Annotated[list[Index], Field(min_length=3, max_length=3)]] = Field(
         min_length=1, max_length=1_000_000
     )
 
 
 class PairsRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    pairs: list[Annotated[list[StrictInt], Field(min_length=2, max_length=2)]] = Field(
+    pairs: list[Annotated[list[Index], Field(min_length=2, max_length=2)]] = Field(
         min_length=1, max_length=1_000_000
     )
 
 
 @routes("GET", "/predictions")
 def read_predictions(
-    model: ModelDep, db: SessionDep, k: Annotated[int, Query(ge=1)] = 1
-) -> list[dict]:
+    model: ModelDep, db: SessionDep, k: Annotated[int, Query(ge=1, le=10_000)] = 1
+) -> Rows:
     """TripletBoost: a label (or an abstention) per unlabelled object; MetricBoost and
     embeddings: k-NN labels of the unlabelled objects."""
-    return service.serve(db, model, "predictions", k=k)
+    return Rows.of(service.serve(db, model, "predictions", k=k))
 
 
 @routes("POST", "/predict")
-def predict(model: ModelDep, data: ObjectsRequest, db: SessionDep) -> list[dict]:
+def predict(model: ModelDep, data: ObjectsRequest, db: SessionDep) -> Rows:
     """TripletBoost labels for the given objects."""
-    return service.serve(db, model, "predict", objects=data.objects)
+    return Rows.of(service.serve(db, model, "predict", objects=data.objects))
 
 
 @routes("GET", "/embedding")
@@ -114,10 +133,13 @@ def create_clusters(model: ModelDep, data: ClustersRequest, db: SessionDep) -> d
 
 @routes("GET", "/neighbors/{index}")
 def read_neighbors(
-    model: ModelDep, db: SessionDep, index: int, k: Annotated[int, Query(ge=1)] = 10
-) -> list[dict]:
+    model: ModelDep,
+    db: SessionDep,
+    index: ObjectIndex,
+    k: Annotated[int, Query(ge=1, le=10_000)] = 10,
+) -> Rows:
     """The k objects most similar to ``index``."""
-    return service.serve(db, model, "neighbors", index=index, k=k)
+    return Rows.of(service.serve(db, model, "neighbors", index=index, k=k))
 
 
 @routes("GET", "/kernel", response_class=Response)
@@ -143,9 +165,9 @@ def predict_triplets(model: ModelDep, data: TripletsRequest, db: SessionDep) -> 
 
 
 @routes("GET", "/ranking")
-def read_ranking(model: ModelDep, db: SessionDep) -> list[dict]:
+def read_ranking(model: ModelDep, db: SessionDep) -> Rows:
     """Objects ordered by SVMcompare's ranking function r(x), best first."""
-    return service.serve(db, model, "ranking")
+    return Rows.of(service.serve(db, model, "ranking"))
 
 
 @routes("POST", "/compare")

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, status
 from sqlalchemy import select
 
-from app.api.deps import CurrentKey, OwnedProject, SessionDep
+from app.api.deps import CurrentKey, Offset, OwnedProject, RowId, SessionDep
 from app.db.models import Job, Project
 from app.schemas.models import (
     JobPublic,
@@ -26,7 +26,6 @@ router = APIRouter(tags=["training"])
 
 
 JobStatus = Annotated[str | None, Query(pattern="^(queued|running|succeeded|failed|cancelled)$")]
-Offset = Annotated[int, Query(ge=0, le=2**31 - 1)]
 Limit = Annotated[int, Query(ge=1, le=1000)]
 
 
@@ -93,12 +92,12 @@ def read_all_jobs(
 
 
 @router.get("/api/jobs/{job_id}", response_model=JobPublic)
-def read_job(job_id: int, db: SessionDep, key: CurrentKey) -> JobPublic:
+def read_job(job_id: RowId, db: SessionDep, key: CurrentKey) -> JobPublic:
     return _public(db, [job_service.get_job(db, job_id, _owned_project_ids(db, key))])[0]
 
 
 @router.delete("/api/jobs/{job_id}", response_model=JobPublic)
-def cancel_job(job_id: int, db: SessionDep, key: CurrentKey) -> JobPublic:
+def cancel_job(job_id: RowId, db: SessionDep, key: CurrentKey) -> JobPublic:
     """Cancel a queued or running job (a finished one is returned unchanged)."""
     job = job_service.get_job(db, job_id, _owned_project_ids(db, key))
     return _public(db, [job_service.cancel_job(db, job)])[0]

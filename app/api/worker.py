@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.api.deps import SessionDep
+from app.api.ratelimit import limit_worker
 from app.config import get_settings
 from app.db.models import Project, WorkSession
 from app.errors import NotFound
@@ -30,7 +31,7 @@ from app.schemas.worker import (
 from app.services import issuance, responses, sessions
 from app.services.projects import project_plan
 
-router = APIRouter(prefix="/api/w", tags=["worker"])
+router = APIRouter(prefix="/api/w", tags=["worker"], dependencies=[Depends(limit_worker)])
 T = TypeVar("T")
 
 
@@ -125,7 +126,7 @@ def _done(db: Session, project: Project, work: WorkSession, message: str) -> Nex
     redirect = plan.completion.redirect_url if plan else None
     participant = sessions.participant_of(db, work)
     submit = None
-    params = participant.platform_params or {}
+    params = work.platform_params or participant.platform_params or {}
     if (
         participant.platform == "mturk"
         and params.get("turkSubmitTo")

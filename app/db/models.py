@@ -163,6 +163,13 @@ class WorkSession(Base):
         ForeignKey("participants.id", ondelete="CASCADE"), index=True
     )
     token_hash: Mapped[str] = mapped_column(String(64))
+    # Hash of what resumes this session from another page load: the platform's
+    # per-assignment id (MTurk assignmentId, Prolific SESSION_ID) or the browser's resume
+    # secret. A participant id alone never resumes a session: it is no password.
+    resume_hash: Mapped[str | None] = mapped_column(String(64))
+    # The platform parameters this session was opened with (an MTurk worker doing several
+    # HITs has one session, and one assignmentId to submit, per assignment).
+    platform_params: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     source: Mapped[str] = mapped_column(String(10), default="crowd")  # crowd | simulated
     total: Mapped[int] = mapped_column(Integer)
     answered: Mapped[int] = mapped_column(Integer, default=0)

@@ -22,6 +22,8 @@ from app.learning._triplet_oracle import TripletOracle, make_oracle
 from app.learning._triplet_sampling import make_landmark_triplets, make_random_triplets
 from app.learning._triplets_numba import scan_triplets
 
+_INDEX_MAX = int(np.iinfo(np.intp).max)
+
 __all__ = [
     "TripletOracle",
     "check_triplets",
@@ -59,6 +61,17 @@ def check_triplets(triplets: ArrayLike, n_objects: int | None = None) -> np.ndar
             "triplets must be a rectangular array of integers, got a ragged sequence"
         ) from error
     if array.dtype == object:
+        if array.ndim == 2 and all(isinstance(v, (int, np.integer)) for v in array.flat):
+            # Rectangular, but integers beyond 64 bits: numpy keeps them as objects.
+            row = next(i for i, r in enumerate(array) if any(abs(int(v)) > _INDEX_MAX for v in r))
+            if any(int(v) < 0 for v in array[row]):
+                raise ValueError(
+                    f"triplets hold a negative index in row {row}: {array[row].tolist()}"
+                )
+            raise ValueError(
+                f"triplets hold an index too large in row {row}: {array[row].tolist()} "
+                f"(an index is at most {_INDEX_MAX})"
+            )
         raise ValueError("triplets must be a rectangular array of integers, got a ragged sequence")
     if array.ndim != 2 or array.shape[1] != 3:
         if array.size == 0 and array.ndim <= 2:
@@ -70,6 +83,15 @@ def check_triplets(triplets: ArrayLike, n_objects: int | None = None) -> np.ndar
         not np.all(np.isfinite(array)) or np.any(array != np.round(array))
     ):
         raise ValueError("triplets must hold integer object indices, got non-integer values")
+    if array.dtype.kind in "uf" and array.size:
+        # Casting would wrap such a value round to a negative index (2**63 -> -2**63).
+        large = array >= 2.0**63 if array.dtype.kind == "f" else array > _INDEX_MAX
+        if large.any():
+            row = int(np.argmax(large.any(axis=1)))
+            raise ValueError(
+                f"triplets hold an index too large in row {row}: "
+                f"{[int(v) for v in array[row]]} (an index is at most {_INDEX_MAX})"
+            )
     array = np.ascontiguousarray(array, dtype=np.intp)
     # One compiled pass finds what the checks below need; numpy only looks for
     # the offending row once a check has failed.

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field
 
-# An index beyond a 32-bit integer names no object; bounding it here keeps 10**20 from
-# reaching NumPy (OverflowError) or the database (out of range) and names the field.
-Index = Annotated[StrictInt, Field(ge=-(2**31), le=2**31 - 1)]
-Triplet = Annotated[list[Index], Field(min_length=3, max_length=3)]
-Pair = Annotated[list[Index], Field(min_length=3, max_length=3)]
+from app.schemas.common import Int32
+
+Triplet = Annotated[list[Int32], Field(min_length=3, max_length=3)]
+Pair = Annotated[list[Int32], Field(min_length=3, max_length=3)]
 
 
 class AnswersImport(BaseModel):

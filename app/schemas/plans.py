@@ -11,9 +11,13 @@ class StrategySpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: str = Field(description="random, landmark_k1, landmark_k2, pairs or gold")
-    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    # Bounded: two weights near the float maximum summed to inf, and issuing then failed.
+    weight: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False)
     budget: int | None = Field(
-        default=None, ge=1, description="Most distinct questions this strategy creates."
+        default=None,
+        ge=1,
+        le=10**9,
+        description="Most distinct questions this strategy creates.",
     )
     params: dict[str, Any] = Field(default_factory=dict)
 
@@ -39,7 +43,9 @@ class Completion(BaseModel):
 class QualityThresholds(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    min_answers: int = Field(default=10, ge=1, description="Answers before a worker is judged.")
+    min_answers: int = Field(
+        default=10, ge=1, le=10**9, description="Answers before a worker is judged."
+    )
     min_gold_accuracy: float = Field(default=0.7, ge=0, le=1)
     max_fast_share: float = Field(default=0.5, ge=0, le=1)
     max_position_bias: float = Field(
@@ -65,6 +71,11 @@ class Plan(BaseModel):
     completion: Completion = Field(default_factory=Completion)
     quality: QualityThresholds = Field(default_factory=QualityThresholds)
     seed: int = Field(default=0, ge=0, lt=2**31)
+    mturk: bool = Field(
+        default=False,
+        description="The study runs on Mechanical Turk: its hosts (and only they) may show "
+        "the worker page in a frame. Otherwise the page refuses every frame.",
+    )
 
 
 class WorkerLinks(BaseModel):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.schemas.common import Int32
 
 
 class PublicProject(BaseModel):
@@ -29,6 +31,14 @@ class SessionCreate(BaseModel):
     turkSubmitTo: str | None = None  # noqa: N815
     participant: str | None = None
     anonymous_id: str | None = None
+    resume_secret: str | None = Field(
+        default=None,
+        min_length=16,
+        max_length=200,
+        description="A random secret the browser keeps (the worker page: localStorage). The "
+        "same secret (or the same MTurk assignmentId / Prolific SESSION_ID) resumes this "
+        "session; a participant id alone opens a separate one.",
+    )
     simulated: bool = Field(
         default=False, description="Answers come from a simulated worker (tripletlab simulate)."
     )
@@ -74,7 +84,7 @@ class AnswerCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     token: str = Field(min_length=1, max_length=64)
-    choice: StrictInt
+    choice: Int32
     client_ms: float | None = Field(default=None, allow_inf_nan=False)
 
 

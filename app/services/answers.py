@@ -30,7 +30,13 @@ MAX_INDEX = 2**31 - 1  # the largest object index a CSV may name
 
 def check_pairs(pairs: np.ndarray, n_objects: int) -> np.ndarray:
     """Validate rows (a, b, outcome) with outcome in {−1, 0, 1}."""
-    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 3)
+    try:
+        pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 3)
+    except OverflowError as error:
+        raise InvalidInput(
+            f"pairs hold a value too large: object indices are below {n_objects}, "
+            "outcomes are -1, 0 or 1"
+        ) from error
     if not len(pairs):
         return pairs
     objects = pairs[:, :2]

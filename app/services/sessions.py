@@ -7,7 +7,7 @@ import hashlib
 import hmac
 import secrets
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,9 @@ class Identity:
     platform: str
     external_id: str
     params: dict[str, str]
+    # What may resume one of this participant's sessions, strongest first: the platform's
+    # per-assignment id, an anonymous browser's own random id, the browser's resume secret.
+    resume_keys: list[str] = field(default_factory=list)
 
 
 def identify(params: dict[str, Any]) -> Identity:
@@ -44,6 +47,7 @@ def identify(params: dict[str, Any]) -> Identity:
         if not isinstance(value, str) or not 0 < len(value) <= 200 or not value.isprintable():
             raise InvalidInput(f"{key} must be a printable string of 1 to 200 characters")
         clean[key] = value
+    secret = clean.pop("resume_secret", None)
     if "PROLIFIC_PID" in clean:
         platform, external = "prolific", clean["PROLIFIC_PID"]
     elif "workerId" in clean:
@@ -60,7 +64,16 @@ def identify(params: dict[str, Any]) -> Identity:
     else:
         platform, external = "anonymous", secrets.token_urlsafe(12)
     kept = {k: v for k, v in clean.items() if k in sum(_PLATFORM_KEYS.values(), ())}
-    return Identity(platform, external, kept)
+    keys = []
+    if platform == "mturk" and "assignmentId" in clean:
+        keys.append(f"mturk-assignment:{clean['assignmentId']}")
+    elif platform == "prolific" and "SESSION_ID" in clean:
+        keys.append(f"prolific-session:{clean['SESSION_ID']}")
+    elif platform == "anonymous":
+        keys.append(f"anonymous:{external}")  # a random id only that browser knows
+    if secret is not None:
+        keys.append(f"secret:{secret}")
+    return Identity(platform, external, kept, keys)
 
 
 def _hash(secret: str) -> str:
@@ -70,7 +83,13 @@ def _hash(secret: str) -> str:
 def open_session(
     db: Session, project: Project, identity: Identity, total: int, source: str = "crowd"
 ) -> tuple[WorkSession, str]:
-    """The participant's session (resumed if they have one) and a fresh token for it."""
+    """The participant's session and a fresh token for it.
+
+    A session is resumed only when the request shows what it was opened with: the same
+    platform assignment id (MTurk ``assignmentId``, Prolific ``SESSION_ID``), the same
+    anonymous browser id, or the same resume secret. A participant id alone (anyone can
+    type ``participant=alice``) opens a separate session and leaves the others alone.
+    """
     begin_write(db)
     participant = db.scalar(
         select(Participant).where(
@@ -88,12 +107,21 @@ def open_session(
         )
         db.add(participant)
         db.flush()
-    work = db.scalar(
-        select(WorkSession)
-        .where(WorkSession.participant_id == participant.id)
-        .order_by(WorkSession.created_at.desc())
-        .limit(1)
-    )
+        existing = False
+    else:
+        existing = True
+    resume_hashes = [_hash(key) for key in identity.resume_keys]
+    work = None
+    if existing and resume_hashes:
+        work = db.scalar(
+            select(WorkSession)
+            .where(
+                WorkSession.participant_id == participant.id,
+                WorkSession.resume_hash.in_(resume_hashes),
+            )
+            .order_by(WorkSession.created_at.desc())
+            .limit(1)
+        )
     token = secrets.token_urlsafe(32)
     if work is None:
         work = WorkSession(
@@ -101,6 +129,8 @@ def open_session(
             project_id=project.id,
             participant_id=participant.id,
             token_hash=_hash(token),
+            resume_hash=resume_hashes[0] if resume_hashes else None,
+            platform_params=identity.params,
             source=source,
             total=total,
             answered=0,
@@ -112,6 +142,9 @@ def open_session(
         if work.total == 0 and work.finished_at is None:
             work.total = total  # opened before the project had a plan
         if identity.params:
+            # Each session keeps the parameters it was opened with (what a stranger types
+            # changes no one else's session): the MTurk assignment it submits is its own.
+            work.platform_params = {**(work.platform_params or {}), **identity.params}
             participant.platform_params = {**participant.platform_params, **identity.params}
     db.commit()
     return work, token

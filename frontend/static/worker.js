@@ -94,6 +94,18 @@
   const platform = readPlatform();
   const startedKey = `tripletlab.started.${config.slug}.${platform.kind}.${platform.identity}`;
 
+  // What resumes this browser's session on a reload: a participant id alone does not (anyone
+  // could type it), this random secret, kept by this browser only, does.
+  function resumeSecret() {
+    const key = `tripletlab.resume.${config.slug}.${platform.kind}.${platform.identity}`;
+    let secret = storeGet(key);
+    if (!secret || !/^[0-9a-f]{32}$/.test(secret)) {
+      secret = randomId();
+      storeSet(key, secret);
+    }
+    return secret;
+  }
+
   // ---- screens, status line, announcements ------------------------------------------------
 
   const SCREENS = ["intro", "loading", "question", "done", "problem"];
@@ -385,7 +397,8 @@
     setBusy(true);
     $("intro-error").hidden = true;
     $("start").disabled = true;
-    const result = await request("POST", `${config.api}/sessions`, platform.params, {
+    const body = { ...platform.params, resume_secret: resumeSecret() };
+    const result = await request("POST", `${config.api}/sessions`, body, {
       auth: false,
     });
     $("start").disabled = false;

@@ -392,7 +392,7 @@ def test_unknown_project_is_a_plain_404_page_and_pages_carry_a_csp(server: Serve
     assert found.status_code == 200
     policy = found.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "object-src 'none'" in policy
-    assert "frame-ancestors *" in policy
+    assert "frame-ancestors 'none'" in policy  # no plan says Mechanical Turk
     assert "<script>" not in found.text  # no inline script: only the JSON data block
 
 

@@ -51,7 +51,9 @@ def labels_array(study: StudyData) -> np.ndarray:
 
 def test_tripletboost_predictions_match_the_library(trained):
     client, headers, study, models = trained
-    got = client.get(f"/api/models/{models['tripletboost']}/predictions", headers=headers).json()
+    got = client.get(f"/api/models/{models['tripletboost']}/predictions", headers=headers).json()[
+        "data"
+    ]
     unlabelled = [i for i, label in enumerate(study.labels) if label is None]
     assert [row["index"] for row in got] == unlabelled
     direct = TripletBoost(n_estimators=300, random_state=0).fit(study.triplets, labels_array(study))
@@ -63,12 +65,12 @@ def test_tripletboost_predictions_match_the_library(trained):
     assert np.mean([row["label"] == t for row, t in zip(got, truth, strict=True)]) > 0.8
     posted = client.post(
         f"/api/models/{models['tripletboost']}/predict", json={"objects": [1, 2]}, headers=headers
-    ).json()
+    ).json()["data"]
     assert [row["index"] for row in posted] == [1, 2]
     latest = client.get(
         f"/api/projects/{study.slug}/models/tripletboost/latest/predictions", headers=headers
     )
-    assert latest.json() == got
+    assert latest.json() == {"data": got, "count": len(got)}
 
 
 def test_kernel_routes_match_the_library(trained):
@@ -89,7 +91,7 @@ def test_kernel_routes_match_the_library(trained):
     assert max(agreement, 1 - agreement) > 0.9
     neighbours = client.get(
         f"/api/models/{models['kernel']}/neighbors/0?k=5", headers=headers
-    ).json()
+    ).json()["data"]
     similarity = direct.features_ @ direct.features_[0].T
     row = np.asarray(similarity.todense()).ravel()
     row[0] = -np.inf
@@ -101,7 +103,9 @@ def test_embedding_routes(trained):
     got = client.get(f"/api/models/{models['embedding']}/embedding?dims=2", headers=headers).json()
     direct = SOE(n_components=2, random_state=0).fit(study.triplets, len(study.X))
     np.testing.assert_allclose(got["coordinates"], direct.embedding_, rtol=1e-6, atol=1e-8)
-    labels = client.get(f"/api/models/{models['embedding']}/predictions", headers=headers).json()
+    labels = client.get(f"/api/models/{models['embedding']}/predictions", headers=headers).json()[
+        "data"
+    ]
     assert len(labels) == sum(label is None for label in study.labels)
     model = client.get(
         f"/api/projects/{study.slug}/models/latest?kind=embedding", headers=headers
@@ -124,10 +128,12 @@ def test_metricboost_routes_match_the_library(trained):
     assert closer == direct.predict_triplets(X, np.array(asked)).tolist()
     neighbours = client.get(
         f"/api/models/{models['metricboost']}/neighbors/3?k=4", headers=headers
-    ).json()
+    ).json()["data"]
     _, expected = direct.kneighbors(X[3:4], X, n_neighbors=5)
     assert [n["index"] for n in neighbours] == [i for i in expected[0] if i != 3][:4]
-    labels = client.get(f"/api/models/{models['metricboost']}/predictions", headers=headers).json()
+    labels = client.get(f"/api/models/{models['metricboost']}/predictions", headers=headers).json()[
+        "data"
+    ]
     assert {row["label"] for row in labels} <= {"class-0", "class-1"}
 
 
@@ -136,7 +142,9 @@ def test_svmcompare_routes_match_the_library(trained):
     pairs = study.pairs
     X = (study.X - study.X.mean(axis=0)) / study.X.std(axis=0)  # the service standardises
     direct = SVMCompare(kernel="linear").fit(X[pairs[:, 0]], X[pairs[:, 1]], pairs[:, 2])
-    ranking = client.get(f"/api/models/{models['svmcompare']}/ranking", headers=headers).json()
+    ranking = client.get(f"/api/models/{models['svmcompare']}/ranking", headers=headers).json()[
+        "data"
+    ]
     scores = direct.rank(X)
     assert [r["index"] for r in ranking] == np.argsort(-scores, kind="stable").tolist()
     asked = [[0, 1], [5, 9], [2, 2]]
