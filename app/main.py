@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from app.api import (
+    advice,
     answers,
     objects,
     pages,
@@ -61,6 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         pages.router,
         training.router,
         predictions.router,
+        advice.router,
     ):
         app.include_router(router)
     media = settings.data_dir / "media"

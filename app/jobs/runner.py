@@ -19,6 +19,7 @@ from app.db.session import get_engine, session_factory
 from app.jobs.executor import Executor, make_executor
 from app.jobs.work import run_job
 from app.services import jobs as job_service
+from app.services.adaptive import schedule_refits
 from app.services.retrain import schedule_due
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class JobRunner:
                 self._last_requeue = now
                 job_service.requeue_stale(db)
             schedule_due(db)
+            schedule_refits(db)
             self._collect(db)
             while len(self.running) < self.capacity:
                 job = job_service.claim_next(db)
