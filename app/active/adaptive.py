@@ -168,8 +168,14 @@ class AdaptiveTriplets(Strategy):
                 triplets, self.n_objects, self.variant, anchors, self.pool, rng
             )
         best_first = np.argsort(-scores, kind="stable")
+        batch, seen = [], set()
+        for anchor, first, second in rows[best_first].tolist():
+            key = (anchor, min(first, second), max(first, second))
+            if key not in seen:  # an anchor drawn twice may score the same pair twice
+                seen.add(key)
+                batch.append([anchor, first, second])
         return {
-            "batch": rows[best_first].tolist(),
+            "batch": batch,
             "next": 0,
             "cursor": cursor,
             "refreshes": version,

@@ -61,8 +61,11 @@ class LearningCurveFit:
         inf where a draw never reaches it."""
         estimate = answers_to_reach(target, self.a, self.b, self.c)
         needed = np.array([answers_to_reach(target, *draw) for draw in self.draws])
+        big = np.finfo(float).max  # quantiles of values that include inf, without nan
+        needed = np.where(np.isfinite(needed), needed, big)
         tail = (1 - level) / 2
-        return estimate, float(np.quantile(needed, tail)), float(np.quantile(needed, 1 - tail))
+        low, high = (float(np.quantile(needed, q, method="lower")) for q in (tail, 1 - tail))
+        return estimate, low if low < big else np.inf, high if high < big else np.inf
 
 
 def _fit(n: np.ndarray, y: np.ndarray, ceiling: float) -> np.ndarray:
