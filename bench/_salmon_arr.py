@@ -3,7 +3,7 @@
 Protocol on stdin/stdout, one JSON object per line; lines this script sends start with
 "@@ " (anything else on stdout is Salmon's or torch's chatter and is ignored):
 
-- reads the config {"n", "d", "budget", "batch", "checkpoints", "seed"};
+- reads the config {"n", "d", "budget", "batch", "checkpoints", "seed", "search_rounds"};
 - sends {"ask": [[head, left, right], ...]} and reads {"left_closer": [bool, ...]},
   one batch of ``batch`` questions at a time; after each batch calls
   ``process_answers`` (which refits Salmon's t-STE) and ``get_queries`` (which scores
@@ -24,6 +24,19 @@ import numpy as np
 def send(message):
     sys.stdout.write("@@ " + json.dumps(message) + "\n")
     sys.stdout.flush()
+
+
+class StopAfter:
+    """Ends ``get_queries``' search after ``rounds`` rounds (2^12 + 2^13 + ... queries), as
+    Salmon's server does when new answers arrive; its own cap is ~2 million queries, which
+    takes seconds per refit here."""
+
+    def __init__(self, rounds):
+        self.left = rounds
+
+    def is_set(self):
+        self.left -= 1
+        return self.left <= 0
 
 
 def main():
@@ -49,7 +62,7 @@ def main():
                 if query is not None:
                     questions.append([query["head"], query["left"], query["right"]])
                     continue
-                posted, _, _ = sampler.get_queries()
+                posted, _, _ = sampler.get_queries(stop=StopAfter(config["search_rounds"]))
                 queue = [list(map(int, q)) for q in posted]
             questions.append(queue.pop(0))
         send({"ask": questions})

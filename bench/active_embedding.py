@@ -11,7 +11,9 @@ with probability ``noise``, fresh flips at every ask) answers the questions of
 - ``salmon_arr`` (optional): Salmon's ``ARR`` sampler (salmon-triplets 1.0.3, its default
   R=1, n_top=1, t-STE) run in its own Python 3.8 environment; it sends its questions
   here, they are answered by the same oracle, and it sends its embeddings back
-  (``bench/_salmon_arr.py``). It refits after every ``refresh`` answers too.
+  (``bench/_salmon_arr.py``). It refits after every ``refresh`` answers too, and scores
+  61,440 random queries per refit (its server goes on until new answers arrive, up to
+  ~2 million).
 
 At each checkpoint a t-STE embedding (``dims``, seed 0) is fit on the answers collected
 so far — for every column the same estimator, so the columns differ only in the
@@ -58,6 +60,7 @@ from app.learning.triplets import make_oracle  # noqa: E402
 
 SALMON_PYTHON = Path("/work/salmon/env/salmon-venv/bin/python")
 N_TEST = 3000
+SALMON_SEARCH_ROUNDS = 4  # 2^12 + ... + 2^15 = 61,440 queries scored per refit
 EXPLORE = 0.1
 SCORE = "infogain"
 
@@ -181,6 +184,7 @@ def collect_salmon(
         "batch": data.refresh,
         "checkpoints": [int(c) for c in data.checkpoints],
         "seed": seed,
+        "search_rounds": SALMON_SEARCH_ROUNDS,
     }
     process.stdin.write(json.dumps(config) + "\n")
     process.stdin.flush()
