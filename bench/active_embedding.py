@@ -29,7 +29,9 @@ when never), and random / adaptive.
 
 Data sets: ``blobs30`` (30 points in 2-D, 3 Gaussian clusters: the size of Salmon's
 benchmark), ``digits300`` (300 of scikit-learn's 8×8 digits, pixels as the geometry,
-embedded in 5-D), ``blobs2000`` (2,000 points in 2-D, 10 clusters).
+embedded in 5-D), ``blobs2000`` (2,000 points in 2-D, 10 clusters). Budgets (bounded for
+a shared 2-core machine): blobs30 40·n answers with a refit every 20, digits300 20·n with
+a refit every 300, blobs2000 10·n with a refit every 2,000; ten checkpoints from 2·n.
 
 Usage: nice -n 10 .venv/bin/python bench/active_embedding.py [--datasets blobs30 ...]
        [--noise 0 0.1 0.2] [--seeds 1] [--salmon-python /work/salmon/env/salmon-venv/bin/python]
@@ -88,12 +90,12 @@ def make_dataset(name: str) -> Dataset:
         if n <= 100:
             budget, refresh = 40 * n, 20
         else:
-            budget, refresh = 20 * n, n
+            budget, refresh = 10 * n, n
         return Dataset(name, X, labels, 2, budget, _grid(n, budget, refresh), refresh, 50)
     if name == "digits300":
         digits = load_digits()
         pick = rng.choice(len(digits.target), 300, replace=False)
-        budget, refresh = 30 * 300, 150
+        budget, refresh = 20 * 300, 300
         grid = _grid(300, budget, refresh)
         return Dataset(name, digits.data[pick], digits.target[pick], 5, budget, grid, refresh, 50)
     raise SystemExit(f"unknown dataset {name!r}")
