@@ -123,7 +123,8 @@ def refresh_batches(
     for position, strategy, spec in adaptive_strategies(project):
         if not strategy.follows(model.kind, model.params):
             continue
-        old = ((project.plan_state or {}).get("strategies") or [{}] * (position + 1))[position]
+        states = (project.plan_state or {}).get("strategies") or []
+        old = states[position] if position < len(states) else {}
         started = time.perf_counter()
         embedding = artifact.get("embedding") if model.kind == "embedding" else None
         new = strategy.refreshed_state(
@@ -143,6 +144,8 @@ def refresh_batches(
             continue
         planner = planner_for(project)
         state = copy.deepcopy(project.plan_state) or planner.initial_state()
+        if len(state["strategies"]) != len(planner.planned):  # not this plan's state
+            state = planner.initial_state()
         state["strategies"][position] = new
         project.plan_state = state
         db.commit()
