@@ -11,7 +11,9 @@ with probability ``noise``, fresh flips at every ask) answers the questions of
 - ``salmon_arr`` (optional): Salmon's ``ARR`` sampler (salmon-triplets 1.0.3, its default
   R=1, n_top=1, t-STE) run in its own Python 3.8 environment; it sends its questions
   here, they are answered by the same oracle, and it sends its embeddings back
-  (``bench/_salmon_arr.py``). It refits after every ``refresh`` answers too, and scores
+  (``bench/_salmon_arr.py``); the column scores our t-STE fit on ARR's answered
+  questions, like every other column, and a line below gives Salmon's own embedding's
+  scores. It refits after every ``refresh`` answers too, and scores
   61,440 random queries per refit (its server goes on until new answers arrive, up to
   ~2 million).
 
@@ -64,6 +66,7 @@ SALMON_PYTHON = Path("/work/salmon/env/salmon-venv/bin/python")
 N_TEST = 3000
 SALMON_SEARCH_ROUNDS = 4  # 2^12 + ... + 2^15 = 61,440 queries scored per refit
 EXPLORE = 0.1
+SALMON_OWN: list[list[tuple]] = []  # Salmon's own embeddings' scores, per run
 SCORE = "infogain"
 
 
@@ -190,7 +193,8 @@ def collect_salmon(
     }
     process.stdin.write(json.dumps(config) + "\n")
     process.stdin.flush()
-    rows = []
+    rows, own = [], []
+    answered: list[np.ndarray] = []
     for line in process.stdout:
         if not line.startswith("@@ "):
             continue  # anything else Salmon or torch prints
@@ -198,14 +202,20 @@ def collect_salmon(
         if "ask" in message:
             q = np.asarray(message["ask"], dtype=np.intp).reshape(-1, 3)
             closer = oracle(q[:, 0], q[:, 1], q[:, 2])
+            answered.append(np.where(closer[:, None], q, q[:, [0, 2, 1]]))
             process.stdin.write(json.dumps({"left_closer": closer.tolist()}) + "\n")
             process.stdin.flush()
         elif "embedding" in message:
-            embedding = np.asarray(message["embedding"], dtype=float)
-            rows.append((message["answers"], *scores(data, test, embedding)))
+            # The column: our t-STE on ARR's answered questions, as for every other column
+            # (the questions are what is compared); Salmon's own embedding is kept aside.
+            so_far = np.concatenate(answered)
+            rows.append((message["answers"], *scores(data, test, fit(n, data.dims, so_far))))
+            salmon_embedding = np.asarray(message["embedding"], dtype=float)
+            own.append((message["answers"], *scores(data, test, salmon_embedding)))
         elif message.get("done"):
             break
     process.wait(timeout=60)
+    SALMON_OWN.append(own)
     return rows
 
 
@@ -310,6 +320,14 @@ def report(data: Dataset, noise: float, seeds: int, curves: dict, seconds: dict)
         )
         print(f"answers to {fraction:.0%} of best: {text};  random/adaptive {ratio:.2f}")
     print("seconds: " + "  ".join(f"{c} {s:.1f}" for c, s in seconds.items()))
+    if SALMON_OWN and "salmon_arr" in curves:
+        runs = SALMON_OWN[-seeds:]
+        own = [
+            (runs[0][i][0], np.mean([r[i][1] for r in runs]), np.mean([r[i][2] for r in runs]))
+            for i in range(min(len(r) for r in runs))
+        ]
+        text = ", ".join(f"{a}: {h:.3f} / {k:.3f}" for a, h, k in own)
+        print(f"salmon_arr with Salmon's own embedding (held-out / 1-NN): {text}")
 
 
 def _fmt(value: float, budget: int) -> str:
