@@ -12,6 +12,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from app.api import (
+    advice,
     answers,
     dashboard,
     objects,
@@ -107,6 +108,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         pages.router,
         training.router,
         predictions.router,
+        advice.router,
     ):
         responses = WORKER_ERRORS if router is worker.router else API_ERRORS
         app.include_router(router, responses=responses)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
+import numpy as np
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
 from _server import cpu_seconds, free_port, reset_postgres, running_server
@@ -149,19 +150,50 @@ def timed(base: str, sessions: list[tuple[str, str]], seconds: float, server_pid
     return Run(count / elapsed, latencies, server_cpu * 1000 / count, client_cpu * 1000 / count)
 
 
-def setup_project(base: str, key: str, n_workers: int) -> list[tuple[str, str]]:
+# --strategy adaptive (issue 12): the plan's one strategy is `adaptive` (t-STE, refit every
+# ADAPTIVE_REFRESH answers); the run starts once the first model has landed and its batch is
+# stored, and the server's job runner keeps refitting during the run, as in production.
+ADAPTIVE_REFRESH = 100
+
+
+def wait_for_adaptive_batch(client: httpx.Client, headers: dict[str, str]) -> None:
+    triplets = np.random.default_rng(0).permuted(
+        np.tile(np.arange(1000), (ADAPTIVE_REFRESH, 1)), axis=1
+    )[:, :3]
+    response = client.post(
+        "/api/projects/bench/answers", json={"triplets": triplets.tolist()}, headers=headers
+    )
+    assert response.status_code == 201, response.text
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        jobs = client.get("/api/projects/bench/jobs", headers=headers).json()
+        if any(j["status"] == "succeeded" for j in jobs):
+            time.sleep(2.0)  # the job stores the batch right after the model
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"no adaptive model landed: {jobs}")
+
+
+def setup_project(
+    base: str, key: str, n_workers: int, strategy: str = "random"
+) -> list[tuple[str, str]]:
     headers = {"Authorization": f"Bearer {key}"}
     with httpx.Client(base_url=base, timeout=60) as client:
         client.post("/api/projects", json={"slug": "bench", "name": "bench"}, headers=headers)
         objects = [{"name": f"o{i}"} for i in range(1000)]
         client.post("/api/projects/bench/objects", json=objects, headers=headers)
+        spec = {"kind": strategy, "weight": 1}
+        if strategy == "adaptive":
+            spec["params"] = {"refresh_every": ADAPTIVE_REFRESH}
         plan = {
-            "strategies": [{"kind": "random", "weight": 1}],
+            "strategies": [spec],
             "queries_per_session": 5000,
             "gold_rate": 0.05,
             "repeat_rate": 0.05,
         }
         assert client.put("/api/projects/bench/plan", json=plan, headers=headers).status_code == 200
+        if strategy == "adaptive":
+            wait_for_adaptive_batch(client, headers)
         sessions = []
         for i in range(n_workers):
             body = client.post("/api/w/bench/sessions", json={"participant": f"w{i}"}).json()
@@ -169,10 +201,17 @@ def setup_project(base: str, key: str, n_workers: int) -> list[tuple[str, str]]:
     return sessions
 
 
-def measure_ours(database_url: str | None, workers: int, seconds: float, processes: int = 1) -> Run:
-    settings = {"run_jobs": "false", "web_workers": str(processes)}
+def measure_ours(
+    database_url: str | None,
+    workers: int,
+    seconds: float,
+    processes: int = 1,
+    strategy: str = "random",
+) -> Run:
+    run_jobs = "true" if strategy == "adaptive" else "false"
+    settings = {"run_jobs": run_jobs, "web_workers": str(processes)}
     with running_server(database_url, **settings) as server:
-        sessions = setup_project(server.base, server.key, workers)
+        sessions = setup_project(server.base, server.key, workers, strategy)
         return timed(server.base, sessions, seconds, server.process.pid)
 
 
@@ -250,6 +289,12 @@ def main() -> None:
         default=1,
         help="runs of each row (rates: mean ± sd; the rest pooled)",
     )
+    parser.add_argument(
+        "--strategy",
+        choices=("random", "adaptive"),
+        default="random",
+        help="the plan's strategy (adaptive: see ADAPTIVE_REFRESH; the job runner is on)",
+    )
     args = parser.parse_args()
     seconds = 5.0 if args.quick else 20.0
 
@@ -259,19 +304,26 @@ def main() -> None:
             ("bare FastAPI ceiling (constant JSON)", lambda: measure_bare(args.workers, seconds))
         )
     if "sqlite" in args.runs:
-        measures.append(("Triplet Lab, SQLite", lambda: measure_ours(None, args.workers, seconds)))
+        measures.append(
+            (
+                "Triplet Lab, SQLite",
+                lambda: measure_ours(None, args.workers, seconds, strategy=args.strategy),
+            )
+        )
     if "sqlite2" in args.runs:
         measures.append(
             (
                 "Triplet Lab, SQLite, 2 server processes",
-                lambda: measure_ours(None, args.workers, seconds, processes=2),
+                lambda: measure_ours(
+                    None, args.workers, seconds, processes=2, strategy=args.strategy
+                ),
             )
         )
     if "postgres" in args.runs and args.postgres:
 
         def postgres() -> Run:
             reset_postgres(args.postgres)
-            return measure_ours(args.postgres, args.workers, seconds)
+            return measure_ours(args.postgres, args.workers, seconds, strategy=args.strategy)
 
         measures.append(("Triplet Lab, PostgreSQL", postgres))
     # Rows take turns run after run, so a slow spell of the machine hits every row alike.

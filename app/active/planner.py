@@ -8,13 +8,22 @@ from typing import Any
 
 import numpy as np
 
+from app.active.adaptive import AdaptiveTriplets
 from app.active.base import Proposal, Strategy, step_rng
 from app.active.gold import GoldQuestions
 from app.active.landmarks import LandmarkK1, LandmarkK2
 from app.active.passive import RandomPairs, RandomTriplets
 
 STRATEGIES: dict[str, type[Strategy]] = {
-    cls.kind: cls for cls in (RandomTriplets, LandmarkK1, LandmarkK2, RandomPairs, GoldQuestions)
+    cls.kind: cls
+    for cls in (
+        RandomTriplets,
+        LandmarkK1,
+        LandmarkK2,
+        RandomPairs,
+        GoldQuestions,
+        AdaptiveTriplets,
+    )
 }
 
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 class StrategySpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    kind: str = Field(description="random, landmark_k1, landmark_k2, pairs or gold")
+    kind: str = Field(description="random, landmark_k1, landmark_k2, pairs, gold or adaptive")
     # Bounded: two weights near the float maximum summed to inf, and issuing then failed.
     weight: float = Field(default=1.0, gt=0, le=1e6, allow_inf_nan=False)
     budget: int | None = Field(

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import io
+import logging
 import pickle
 import time
 import traceback
 from collections.abc import Callable
 
+import numpy as np
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from app.db.models import Job, Model, Project, utcnow
 from app.db.session import begin_write
+from app.services.adaptive import refresh_batches
 from app.training.data import load_training_data
 from app.training.jobs import claim_job, create_job, parse_params
 from app.training.kinds import get_kind
 
 PROGRESS_EVERY_S = 0.5
+log = logging.getLogger(__name__)
 
 
 class JobCancelled(Exception):
@@ -57,6 +61,18 @@ def progress_reporter(db: Session, job_id: int) -> Callable[[float, str], None]:
             raise JobCancelled(f"job {job_id} was cancelled")
 
     return report
+
+
+def _after_model(
+    db: Session, project_id: int, model: Model, artifact: dict, triplets: np.ndarray
+) -> None:
+    """Hooks on a stored model: adaptive strategies score their next questions with it.
+    A failure here is logged; the model stays stored."""
+    try:
+        refresh_batches(db, project_id, model, artifact, triplets)
+    except Exception:
+        db.rollback()
+        log.exception("scoring adaptive questions with model %s failed", model.id)
 
 
 def run_training(
@@ -126,6 +142,7 @@ def run_training(
             db.rollback()
             return "cancelled"
         db.commit()
+        _after_model(db, project.id, model, trained.artifact, data.triplets)
         if extra_progress is not None:
             extra_progress(1.0, "done")
         return "succeeded"

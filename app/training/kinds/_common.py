@@ -71,6 +71,9 @@ class ModelKindSpec:
     routes : mapping of route name to ``route(db, model, artifact, **query)``
         The prediction routes (``app/api/predictions.py``) this kind answers; ``artifact``
         is what ``train`` stored, loaded once per process.
+    metric : str
+        The figure of ``train``'s metrics that its learning curve follows (the dashboard's
+        curves, the budget adviser's default).
     """
 
     name: str
@@ -79,6 +82,7 @@ class ModelKindSpec:
     requirements: Callable[[TrainingData, Any], list[str]]
     train: Callable[[TrainingData, Any, Progress], Trained]
     routes: Mapping[str, Route] = field(default_factory=dict)
+    metric: str = "heldout_triplet_accuracy"
 
 
 # -- requirements shared by several kinds --------------------------------------------------

@@ -141,6 +141,7 @@ def compare(
 
 KIND = ModelKindSpec(
     name="svmcompare",
+    metric="heldout_pair_accuracy",
     learns="a ranking with ties from pairs over feature vectors (SVMcompare)",
     params=SVMCompareParams,
     requirements=requirements,

@@ -110,6 +110,7 @@ def predictions(db: Session, model: Model, artifact: dict[str, Any], k: int = 1)
 
 KIND = ModelKindSpec(
     name="tripletboost",
+    metric="cv_label_accuracy",
     learns="labels of unlabelled objects from triplets (TripletBoost)",
     params=TripletBoostParams,
     requirements=requirements,

@@ -1,0 +1,184 @@
+"""Adaptive triplets: ask what the current model is least sure of.
+
+The strategy itself only hands out questions from a ranked batch kept in its state;
+the batch is scored ahead of demand — when a model the strategy follows lands — by
+:meth:`AdaptiveTriplets.refreshed_state` (called from ``app.services.adaptive`` in the
+training job), never inside a worker's request. See :mod:`app.active.scoring` for what
+the scores mean and where they come from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from numbers import Integral, Real
+from typing import Any
+
+import numpy as np
+
+from app.active.base import Proposal, Strategy, check_only, step_rng
+from app.active.scoring import rank_embedding_triplets, rank_kernel_triplets
+
+EMBEDDING_METHODS = ("soe", "tste", "ckl", "gnmds")
+KINDS = ("embedding", "k1", "k2")
+SCORES = ("entropy", "infogain")
+BATCH_PER_REFRESH = 2  # a batch holds this many refreshes' worth of questions
+
+
+def _integer(params: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = params.get(name, default)
+    if not isinstance(value, Integral) or isinstance(value, bool) or not low <= value <= high:
+        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+    return int(value)
+
+
+class AdaptiveTriplets(Strategy):
+    """Triplets chosen by the information their answer would bring.
+
+    ``params``
+        ``kind``: ``"embedding"`` (default) follows the project's latest ``embedding``
+        model of ``method`` (default ``"tste"``) and ``dims`` (default 2) and asks, for
+        each anchor in turn, the candidate pair of a random ``pool`` (default 50) whose
+        answer is most uncertain: ``score="entropy"`` (default), the entropy of the
+        model's answer probability at the anchor, or ``score="infogain"``, the expected
+        information gain about the anchor's position of Tamuz et al. (2011), Eq. (6)
+        (on our benchmark the entropy needs fewer answers; see the README);
+        ``"k1"`` / ``"k2"``
+        follow the triplet kernels of Kleindessner & von Luxburg (2017) and ask the
+        comparisons that support their least-known kernel values (no model needed, the
+        answers suffice). ``explore`` (default 0.1) is the share of uniformly random
+        questions mixed in; ``refresh_every`` (default 25) the answers between refits;
+        ``seed`` (default 0) varies the draws.
+
+    Until a batch has been scored (no model yet) every question is random.
+    """
+
+    kind = "adaptive"
+
+    def __init__(self, n_objects: int, params: Mapping[str, Any], seed: int) -> None:
+        super().__init__(n_objects, params, seed)
+        check_only(
+            params,
+            {"kind", "method", "dims", "pool", "explore", "refresh_every", "seed", "score"},
+            self.kind,
+        )
+        self.variant = params.get("kind", "embedding")
+        if self.variant not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.variant!r}")
+        self.method = params.get("method", "tste")
+        if self.method not in EMBEDDING_METHODS:
+            raise ValueError(
+                f"method must be one of {', '.join(EMBEDDING_METHODS)}, got {self.method!r}"
+            )
+        if self.variant != "embedding" and ("method" in params or "dims" in params):
+            raise ValueError(f"method and dims apply to kind 'embedding', not {self.variant!r}")
+        self.score = params.get("score", "entropy")
+        if self.score not in SCORES:
+            raise ValueError(f"score must be one of {', '.join(SCORES)}, got {self.score!r}")
+        self.dims = _integer(params, "dims", 2, 1, 50)
+        self.pool = _integer(params, "pool", 50, 1, 10_000)
+        self.refresh_every = _integer(params, "refresh_every", 25, 1, 1_000_000)
+        explore = params.get("explore", 0.1)
+        if not isinstance(explore, Real) or isinstance(explore, bool) or not 0 <= explore <= 1:
+            raise ValueError(f"explore must be a number in [0, 1], got {explore!r}")
+        self.explore = float(explore)
+        self.param_seed = _integer(params, "seed", 0, 0, 2**31 - 1)
+        self.seed = int(np.random.SeedSequence([seed, self.param_seed]).generate_state(1)[0])
+        if n_objects < 3:
+            raise ValueError(
+                f"adaptive triplets need at least 3 objects, the project has {n_objects}"
+            )
+
+    # ------------------------------------------------------------ what it follows
+    @property
+    def model_kind(self) -> str:
+        """The model kind whose landing refreshes the batch: embedding or kernel."""
+        return "embedding" if self.variant == "embedding" else "kernel"
+
+    def model_params(self) -> dict[str, Any]:
+        """Training params of the model this strategy asks to be refit."""
+        if self.variant == "embedding":
+            return {"method": self.method, "dims": self.dims}
+        return {"kernel": self.variant}
+
+    def follows(self, kind: str, params: Mapping[str, Any]) -> bool:
+        """Whether a model of ``kind`` with ``params`` is one this strategy scores with."""
+        if kind != self.model_kind:
+            return False
+        if self.variant == "embedding":
+            return params.get("method") == self.method and params.get("dims") == self.dims
+        return params.get("kernel") == self.variant and not params.get("landmarks")
+
+    @property
+    def batch_size(self) -> int:
+        return BATCH_PER_REFRESH * self.refresh_every
+
+    # ------------------------------------------------------------ asking
+    def propose(self, state: dict[str, Any], step: int) -> Proposal:
+        """The next scored triplet (advancing ``state["next"]`` in place), or with
+        probability ``explore`` — and whenever the batch is used up — a random one."""
+        rng = step_rng(self.seed, step)
+        batch = state.get("batch") or []
+        cursor = int(state.get("next", 0))
+        if rng.random() >= self.explore and cursor < len(batch):
+            state["next"] = cursor + 1
+            anchor, first, second = batch[cursor]
+            return Proposal("triplet", (anchor, first, second), self.kind, ref={"scored": 1})
+        anchor, first, second = rng.choice(self.n_objects, 3, replace=False)
+        return Proposal("triplet", (int(anchor), int(first), int(second)), self.kind)
+
+    # ------------------------------------------------------------ scoring, ahead of demand
+    def next_anchors(self, state: Mapping[str, Any], count: int) -> tuple[np.ndarray, int]:
+        """``count`` anchors round-robin over a seeded order of the objects, and the
+        cursor after them."""
+        order = np.random.default_rng([self.seed, 1]).permutation(self.n_objects)
+        start = int(state.get("cursor", 0))
+        positions = (start + np.arange(count)) % self.n_objects
+        return order[positions], int((start + count) % self.n_objects)
+
+    def refreshed_state(
+        self,
+        state: Mapping[str, Any],
+        triplets: np.ndarray,
+        *,
+        embedding: np.ndarray | None = None,
+        model_id: int | None = None,
+        answer_id: int | None = None,
+    ) -> dict[str, Any]:
+        """A new state holding a freshly scored batch (most informative first).
+
+        ``triplets`` are the answers the model saw; ``embedding`` its points (kind
+        ``"embedding"``). Deterministic given the state, the inputs and the seed.
+        """
+        version = int(state.get("refreshes", 0)) + 1
+        rng = np.random.default_rng([self.seed, 2, version])
+        anchors, cursor = self.next_anchors(state, self.batch_size)
+        if self.variant == "embedding":
+            if embedding is None:
+                raise ValueError("kind 'embedding' needs the model's embedding")
+            if embedding.shape[0] != self.n_objects:
+                raise ValueError(
+                    f"the embedding has {embedding.shape[0]} points, "
+                    f"the project {self.n_objects} objects"
+                )
+            rows, scores = rank_embedding_triplets(
+                embedding, triplets, anchors, self.pool, rng, self.method, self.score
+            )
+        else:
+            rows, scores = rank_kernel_triplets(
+                triplets, self.n_objects, self.variant, anchors, self.pool, rng
+            )
+        best_first = np.argsort(-scores, kind="stable")
+        batch, seen = [], set()
+        for anchor, first, second in rows[best_first].tolist():
+            key = (anchor, min(first, second), max(first, second))
+            if key not in seen:  # an anchor drawn twice may score the same pair twice
+                seen.add(key)
+                batch.append([anchor, first, second])
+        return {
+            "batch": batch,
+            "next": 0,
+            "cursor": cursor,
+            "refreshes": version,
+            "model_id": model_id,
+            "answer_id": answer_id,
+        }

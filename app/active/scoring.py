@@ -1,0 +1,221 @@
+"""Scoring candidate triplets for the adaptive strategy (numpy only, deterministic).
+
+Two scorers, both given the answers so far and a seeded generator:
+
+* :func:`rank_embedding_triplets` follows an ordinal embedding. For each anchor (in the
+  order given) it draws ``pool`` random candidate pairs and scores each by
+
+  - ``"entropy"``: :math:`H(p_a)`, the binary entropy of the model's probability that the
+    anchor calls ``near`` the closer one (uncertainty sampling; Salmon's
+    ``UncertaintyScorer``, Sievert et al. 2021), or
+  - ``"infogain"``: the mutual information between the answer and the anchor's position,
+    Eq. (4)–(6) of Tamuz et al. (2011): the anchor's position has a posterior over the
+    embedded points (uniform prior times the likelihood of the anchor's earlier answers,
+    their Eq. (5)), and
+
+    .. math:: I(y; x_a) = H\\big(\\textstyle\\sum_l w_l\\, p_l\\big) - \\sum_l w_l\\, H(p_l),
+
+    where :math:`p_l` is the answer probability for an anchor at point :math:`l` and
+    :math:`H` the binary entropy (Salmon's ARR scores this way, its ``InfoGainScorer``).
+* :func:`rank_kernel_triplets` serves the triplet kernels k1 and k2 of Kleindessner &
+  von Luxburg (2017), whose k(i, j) is the agreement of two objects' feature vectors
+  over the comparisons both took part in (their Eq. (2) and the feature map of Eq. (5)).
+  A kernel value resting on few shared comparisons is the least known; for an object
+  it asks the comparison (feature) that the most other objects already have, weighted
+  by ``1 / (1 + shared(i, j))`` so that thinly-known pairs count most.
+
+Both return ``(triplets, scores)`` with one row per anchor (the best of its pool);
+rows whose pool held nothing useful are dropped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = [
+    "answer_probabilities",
+    "binary_entropy",
+    "rank_embedding_triplets",
+    "rank_kernel_triplets",
+]
+
+_EPS = 1e-12
+MAX_LOCATIONS = 400  # posterior support per anchor: its own point and up to this many others
+
+
+def binary_entropy(p: np.ndarray) -> np.ndarray:
+    """H(p) = −p log p − (1 − p) log(1 − p), in nats."""
+    p = np.clip(p, _EPS, 1 - _EPS)
+    return -(p * np.log(p) + (1 - p) * np.log1p(-p))
+
+
+def answer_probabilities(
+    locations: np.ndarray, near: np.ndarray, far: np.ndarray, method: str = "tste"
+) -> np.ndarray:
+    """P(an anchor at each location calls ``near`` closer than ``far``): (L, P).
+
+    ``locations`` (L, d) and ``near``, ``far`` (P, d) are points. ``"ckl"`` uses Eq. (2)
+    of Tamuz et al. (2011), (μ + d²_ac) / (2μ + d²_ab + d²_ac) with μ = 0.1; every other
+    method uses the Student-t model of t-STE (van der Maaten & Weinberger 2012, Sec. 4)
+    with α = max(d − 1, 1), which also gives SOE's and GNMDS's embeddings a calibrated
+    answer probability.
+    """
+    sq_near = ((locations[:, None, :] - near[None, :, :]) ** 2).sum(-1)
+    sq_far = ((locations[:, None, :] - far[None, :, :]) ** 2).sum(-1)
+    if method == "ckl":
+        mu = 0.1
+        return (mu + sq_far) / (2 * mu + sq_near + sq_far)
+    alpha = float(max(locations.shape[1] - 1, 1))
+    power = (alpha + 1.0) / 2.0
+    z = power * (np.log1p(sq_near / alpha) - np.log1p(sq_far / alpha))  # log k_far − log k_near
+    return 1.0 / (1.0 + np.exp(np.clip(z, -50, 50)))
+
+
+def _locations(n: int, anchor: int, rng: np.random.Generator) -> np.ndarray:
+    if n <= MAX_LOCATIONS + 1:
+        return np.arange(n)
+    others = rng.choice(n - 1, MAX_LOCATIONS, replace=False)
+    others += others >= anchor
+    return np.concatenate([[anchor], others])
+
+
+def _candidate_pairs(
+    n: int, anchor: int, pool: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """``pool`` random pairs of distinct objects other than ``anchor``."""
+    first = rng.integers(n - 1, size=pool)
+    second = rng.integers(n - 2, size=pool)
+    second += second >= first  # distinct from first, in 0..n-2
+    first += first >= anchor
+    second += second >= anchor
+    return first, second
+
+
+def rank_embedding_triplets(
+    embedding: np.ndarray,
+    triplets: np.ndarray,
+    anchors: np.ndarray,
+    pool: int,
+    rng: np.random.Generator,
+    method: str = "tste",
+    criterion: str = "entropy",
+) -> tuple[np.ndarray, np.ndarray]:
+    """The most informative triplet of a random pool for each anchor; see the module notes.
+
+    Parameters
+    ----------
+    embedding : ndarray of shape (n_objects, d)
+    triplets : int ndarray of shape (m, 3)
+        The answers so far, rows (anchor, near, far): they shape each anchor's posterior.
+    anchors : int ndarray
+        Anchors in the order their questions should be asked.
+    pool : int
+        Candidate pairs drawn per anchor.
+    """
+    X = np.asarray(embedding, dtype=float)
+    n = X.shape[0]
+    if n < 3:
+        raise ValueError(f"adaptive triplets need at least 3 objects, got {n}")
+    if criterion not in ("entropy", "infogain"):
+        raise ValueError(f"criterion must be 'entropy' or 'infogain', got {criterion!r}")
+    triplets = np.asarray(triplets, dtype=np.intp).reshape(-1, 3)
+    order = np.argsort(triplets[:, 0], kind="stable")
+    by_anchor = triplets[order]
+    starts = np.searchsorted(by_anchor[:, 0], np.arange(n + 1))
+    rows, scores = [], []
+    for anchor in np.asarray(anchors, dtype=np.intp):
+        if criterion == "entropy":  # the answer's uncertainty at the anchor's own point
+            first, second = _candidate_pairs(n, int(anchor), pool, rng)
+            p = answer_probabilities(X[[anchor]], X[first], X[second], method)[0]
+            gain = binary_entropy(p)
+        else:
+            locations = _locations(n, int(anchor), rng)
+            history = by_anchor[starts[anchor] : starts[anchor + 1]]
+            # Eq. (5) of Tamuz et al.: posterior ∝ prior × Π p(answer | anchor at location).
+            log_w = np.zeros(len(locations))
+            if len(history):
+                p = answer_probabilities(X[locations], X[history[:, 1]], X[history[:, 2]], method)
+                log_w = np.log(np.clip(p, _EPS, 1.0)).sum(axis=1)
+            w = np.exp(log_w - log_w.max())
+            w /= w.sum()
+            first, second = _candidate_pairs(n, int(anchor), pool, rng)
+            p = answer_probabilities(X[locations], X[first], X[second], method)  # (L, P)
+            gain = binary_entropy(w @ p) - w @ binary_entropy(p)  # Eq. (6)
+        best = int(np.argmax(gain))
+        rows.append((int(anchor), int(first[best]), int(second[best])))
+        scores.append(float(gain[best]))
+    return np.asarray(rows, dtype=np.intp).reshape(-1, 3), np.asarray(scores)
+
+
+def _kernel_features(triplets: np.ndarray, n: int, kernel: str) -> tuple[sp.csr_matrix, dict]:
+    """Which object has which comparison (feature) answered: a 0/1 (n × columns) matrix
+    and the map column → (x, y) of the comparison.
+
+    k1: object a's feature (b, c), unordered, from any answered triplet (a; b, c).
+    k2: object b's feature (a, c) and object c's feature (a, b), from (a; b, c): the
+    anchor and the other candidate.
+    """
+    a, b, c = triplets.T
+    if kernel == "k1":
+        owners = a
+        first, second = np.minimum(b, c), np.maximum(b, c)
+    else:
+        owners = np.concatenate([b, c])
+        first, second = np.concatenate([a, a]), np.concatenate([c, b])
+    code = first.astype(np.int64) * n + second
+    unique, columns = np.unique(code, return_inverse=True)
+    matrix = sp.csr_matrix(
+        (np.ones(len(owners)), (owners, columns)), shape=(n, max(len(unique), 1))
+    )
+    matrix.data[:] = 1.0  # repeated answers count once
+    return matrix, unique
+
+
+def rank_kernel_triplets(
+    triplets: np.ndarray,
+    n_objects: int,
+    kernel: str,
+    objects: np.ndarray,
+    pool: int,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each object, the comparison that most strengthens its least-known kernel values.
+
+    The candidates of object i are ``pool`` comparisons drawn among those other objects
+    already have and i lacks; comparison f scores Σ_j [j has f] / (1 + shared(i, j)),
+    shared(i, j) being the comparisons i and j both have (the support of k(i, j)).
+    Objects none of whose candidates is useful (no answers yet) are skipped.
+
+    k1 asks (i; x, y) for a feature (x, y) of i; k2 asks (x; i, y) for a feature (x, y).
+    """
+    if kernel not in ("k1", "k2"):
+        raise ValueError(f"kernel must be 'k1' or 'k2', got {kernel!r}")
+    triplets = np.asarray(triplets, dtype=np.intp).reshape(-1, 3)
+    if len(triplets) == 0:
+        return np.empty((0, 3), dtype=np.intp), np.empty(0)
+    F, codes = _kernel_features(triplets, n_objects, kernel)
+    shared = (F @ F.T).tocsr()
+    coverage = np.asarray(F.sum(axis=0)).ravel()
+    FT = F.T.tocsr()
+    x, y = np.divmod(codes, n_objects)
+    rows, scores = [], []
+    for obj in np.asarray(objects, dtype=np.intp):
+        # Comparisons that involve i itself are not features of i.
+        usable = (x != obj) & (y != obj) & (coverage > 0)
+        usable[F[obj].indices] = False
+        candidates = np.flatnonzero(usable)
+        if len(candidates) == 0:
+            continue
+        if len(candidates) > pool:
+            candidates = rng.choice(candidates, pool, replace=False)
+        weight = 1.0 / (1.0 + shared[obj].toarray().ravel())
+        block = FT[candidates]
+        score = block @ weight  # Σ_j [j has f] / (1 + shared(i, j))
+        best = int(np.argmax(score))
+        column = int(candidates[best])
+        first, second = int(x[column]), int(y[column])
+        row = (obj, first, second) if kernel == "k1" else (first, obj, second)
+        rows.append(tuple(int(v) for v in row))
+        scores.append(float(score[best]))
+    return np.asarray(rows, dtype=np.intp).reshape(-1, 3), np.asarray(scores)

@@ -1,0 +1,134 @@
+"""The adaptive strategy and its scorers, directly (no database)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from app.active.adaptive import AdaptiveTriplets
+from app.active.planner import Planner
+from app.active.scoring import rank_embedding_triplets, rank_kernel_triplets
+from app.learning.triplets import make_oracle
+
+
+def test_without_a_batch_every_question_is_random_and_replayable():
+    strategy = AdaptiveTriplets(10, {}, seed=3)
+    first = [strategy.propose({}, step).objects for step in range(20)]
+    again = [AdaptiveTriplets(10, {}, seed=3).propose({}, step).objects for step in range(20)]
+    assert first == again
+    assert all(len(set(objects)) == 3 for objects in first)
+    assert len(set(first)) > 15  # drawn, not repeated
+
+
+def test_propose_takes_the_batch_in_order_and_mixes_in_explore():
+    strategy = AdaptiveTriplets(10, {"explore": 0.25}, seed=1)
+    batch = [[i, (i + 1) % 10, (i + 2) % 10] for i in range(10)]
+    state = {"batch": batch, "next": 0}
+    proposals = [strategy.propose(state, step) for step in range(12)]
+    scored = [p.objects for p in proposals if p.ref.get("scored")]
+    assert scored == [tuple(row) for row in batch[: len(scored)]]  # best first, none skipped
+    assert 5 <= len(scored) <= 11  # about 3 in 4
+    assert state["next"] == len(scored)
+    json.dumps(state)  # state stays plain data
+
+
+def test_an_exhausted_batch_falls_back_to_random():
+    strategy = AdaptiveTriplets(10, {"explore": 0.0}, seed=1)
+    state = {"batch": [[0, 1, 2]], "next": 0}
+    assert strategy.propose(state, 0).objects == (0, 1, 2)
+    assert not strategy.propose(state, 1).ref
+
+
+@pytest.mark.parametrize(
+    "params,field",
+    [
+        ({"explore": 1.5}, "explore"),
+        ({"explore": "lots"}, "explore"),
+        ({"pool": 0}, "pool"),
+        ({"dims": 2.5}, "dims"),
+        ({"refresh_every": 0}, "refresh_every"),
+        ({"method": "pca"}, "method"),
+        ({"kind": "k3"}, "kind"),
+        ({"kind": "k1", "method": "tste"}, "method"),
+        ({"seed": -1}, "seed"),
+        ({"colour": 1}, "unknown params"),
+    ],
+)
+def test_bad_params_name_the_field(params, field):
+    with pytest.raises(ValueError, match=field):
+        Planner([{"kind": "adaptive", "weight": 1, "params": params}], 10, 0)
+
+
+def _line_embedding(n: int) -> np.ndarray:
+    return np.column_stack([np.arange(n, dtype=float), np.zeros(n)])
+
+
+@pytest.mark.parametrize("criterion", ["entropy", "infogain"])
+def test_embedding_scorer_prefers_the_informative_pair(criterion):
+    """On a line, a pair with one candidate beside the anchor and one far away has a sure
+    answer; a pair on both sides at about equal distance is the most uncertain one."""
+    X = _line_embedding(21)
+    rng = np.random.default_rng(0)
+    # Answers about anchor 10 narrow its position (infogain's posterior).
+    triplets = np.array([[10, 10 + s * d, 10 + s * (d + 3)] for d in (1, 2, 3) for s in (1, -1)])
+    rows, scores = rank_embedding_triplets(X, triplets, np.array([10]), 400, rng, "tste", criterion)
+    anchor, near, far = rows[0]
+    assert anchor == 10
+    assert abs(abs(near - 10) - abs(far - 10)) <= 1  # about equally far
+    assert (near - 10) * (far - 10) < 0  # on both sides
+    assert scores[0] > 0.2
+
+
+def test_embedding_scorer_is_deterministic_and_skips_nothing():
+    X = np.random.default_rng(1).normal(size=(30, 2))
+    triplets = np.random.default_rng(2).integers(30, size=(50, 3))
+    triplets = triplets[(triplets[:, 0] != triplets[:, 1]) & (triplets[:, 0] != triplets[:, 2])]
+    anchors = np.arange(30)
+    a = rank_embedding_triplets(X, triplets, anchors, 20, np.random.default_rng(5))
+    b = rank_embedding_triplets(X, triplets, anchors, 20, np.random.default_rng(5))
+    assert np.array_equal(a[0], b[0]) and np.allclose(a[1], b[1])
+    assert a[0].shape == (30, 3)
+    assert np.all(a[0][:, 0] != a[0][:, 1]) and np.all(a[0][:, 1] != a[0][:, 2])
+    assert np.all(a[0][:, 0] != a[0][:, 2])
+
+
+@pytest.mark.parametrize("kernel", ["k1", "k2"])
+def test_kernel_scorer_asks_the_comparison_others_already_have(kernel):
+    n = 8
+    # Objects 1..5 all have the comparison (6, 7); object 0 has none.
+    if kernel == "k1":
+        triplets = np.array([[i, 6, 7] for i in range(1, 6)] + [[1, 2, 3]])
+    else:
+        triplets = np.array([[6, i, 7] for i in range(1, 6)] + [[1, 2, 3]])
+    rows, _ = rank_kernel_triplets(triplets, n, kernel, np.array([0]), 50, np.random.default_rng(0))
+    expected = [0, 6, 7] if kernel == "k1" else [6, 0, 7]
+    assert sorted(rows[0][1:]) == sorted(expected[1:]) and rows[0][0] == expected[0]
+
+
+def test_refreshed_state_scores_a_batch_that_beats_random_questions():
+    """With a model close to the truth, the scored questions are more uncertain under the
+    true geometry than random ones: their answers carry more information."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 2))
+    oracle = make_oracle(X, random_state=0)
+    strategy = AdaptiveTriplets(40, {"refresh_every": 20, "pool": 30}, seed=0)
+    random_rows = np.array([rng.choice(40, 3, replace=False) for _ in range(200)])
+    closer = oracle(*random_rows.T)
+    answered = np.where(closer[:, None], random_rows, random_rows[:, [0, 2, 1]])
+    state = strategy.refreshed_state({}, answered, embedding=X, model_id=7, answer_id=200)
+    assert len(state["batch"]) == 40 and state["next"] == 0 and state["model_id"] == 7
+    batch = np.array(state["batch"])
+
+    def margin(rows: np.ndarray) -> float:
+        a, b, c = rows.T
+        d_ab = np.linalg.norm(X[a] - X[b], axis=1)
+        d_ac = np.linalg.norm(X[a] - X[c], axis=1)
+        return float(np.median(np.abs(d_ab - d_ac) / (d_ab + d_ac)))
+
+    assert margin(batch) < 0.5 * margin(random_rows)
+    again = strategy.refreshed_state({}, answered, embedding=X)
+    assert again["batch"] == state["batch"]
+    nxt = strategy.refreshed_state(state, answered, embedding=X)
+    assert nxt["refreshes"] == 2 and nxt["batch"] != state["batch"]
