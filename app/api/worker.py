@@ -98,7 +98,10 @@ async def read_next_query(
 
 
 def _next_query(db: Session, session_id: str, authorization: str | None) -> NextQuery:
-    work, project, issued = issuance.next_for_session(db, session_id, authorization)
+    return _shown(db, *issuance.next_for_session(db, session_id, authorization))
+
+
+def _shown(db: Session, work: WorkSession, project: Project, issued: issuance.Issued) -> NextQuery:
     if issued.query is not None:
         return NextQuery(
             query=ShownQuery(
@@ -155,16 +158,23 @@ async def create_answer(
     db: SessionDep,
     authorization: Annotated[str | None, Header()] = None,
 ) -> AnswerRecorded:
-    """Record the answer to the question ``token``; resending the same answer is harmless."""
+    """Record the answer to the question ``token``; resending the same answer is harmless.
+
+    The reply carries the session's next question as ``next`` (what ``GET …/next`` would
+    give), so a worker needs one request per question.
+    """
     return await _in_thread(_create_answer, db, session_id, authorization, data)
 
 
 def _create_answer(
     db: Session, session_id: str, authorization: str | None, data: AnswerCreate
 ) -> AnswerRecorded:
-    work = responses.record_session_answer(
+    work, project, issued = responses.answer_and_next(
         db, session_id, authorization, data.token, data.choice, data.client_ms
     )
     return AnswerRecorded(
-        answered=work.answered, total=work.total, done=work.finished_at is not None
+        answered=work.answered,
+        total=work.total,
+        done=work.finished_at is not None,
+        next=_shown(db, work, project, issued),
     )

@@ -160,8 +160,12 @@ def next_for_session(
     return work, project, next_query(db, project, work)
 
 
-def next_query(db: Session, project: Project, work: WorkSession) -> Issued:
-    """The session's open question, or a newly issued one, or the end of the session."""
+def next_query(db: Session, project: Project, work: WorkSession, *, held: bool = False) -> Issued:
+    """The session's open question, or a newly issued one, or the end of the session.
+
+    ``held``: the transaction already holds ``project`` and read ``work`` and ``project``
+    since (see ``authenticate_session_in_project(hold=True)``), so issuing needs no lock.
+    """
     if work.finished_at is not None:
         return Issued(None, done=True)
     current = open_query(db, work)
@@ -170,7 +174,8 @@ def next_query(db: Session, project: Project, work: WorkSession) -> Issued:
     if not project.plan or work.total == 0:
         return Issued(None, done=True, message="This study is not collecting answers right now.")
 
-    _hold_for_issuing(db, project, work)
+    if not held:
+        _hold_for_issuing(db, project, work)
     if work.answered >= work.total:
         finish_session(db, work)
         db.commit()

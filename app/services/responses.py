@@ -14,10 +14,10 @@ from sqlalchemy.orm.attributes import set_committed_value
 from app.db.models import Answer, Project, Query, Question, WorkSession, utcnow
 from app.db.session import ensure_write
 from app.errors import AppError, Conflict, Forbidden, InvalidInput, NotFound
-from app.services.issuance import COUNT_PLACES, finish_session
+from app.services.issuance import COUNT_PLACES, Issued, finish_session, next_for_session, next_query
 from app.services.projects import project_plan
 from app.services.quality import review_participant
-from app.services.sessions import authenticate_session
+from app.services.sessions import authenticate_session_in_project
 
 QUALITY_REVIEW_EVERY = 5
 MAX_CLIENT_MS = 24 * 3600 * 1000
@@ -63,22 +63,33 @@ class Gone(AppError):
     status_code = 410
 
 
-def record_session_answer(
+def answer_and_next(
     db: Session,
     session_id: str,
     authorization: str | None,
     token: str,
     choice: int,
     client_ms: float | None,
-) -> WorkSession:
-    """Authenticate the session and record its answer, in one writing transaction.
+) -> tuple[WorkSession, Project, Issued]:
+    """Record the session's answer and give its next question, in one durable transaction.
 
-    An answer always writes, so the transaction takes the write lock before its first read:
-    what it reads is current, and no read transaction has to end first.
+    One request per question: the answer's reply carries the next question. The transaction
+    holds the project from its start (SQLite: the write lock; PostgreSQL: the project's row,
+    locked before any other row, the order issuing takes them in), so answering and issuing
+    are serialised per project and the answer is committed, durably, with the issue.
     """
     ensure_write(db, durable=True)
-    work = authenticate_session(db, session_id, authorization)
-    return record_answer(db, work, token, choice, client_ms)
+    transaction = db.get_transaction()
+    work, project = authenticate_session_in_project(db, session_id, authorization, hold=True)
+    work = record_answer(db, work, token, choice, client_ms, project=project, commit=False)
+    if db.get_transaction() is not transaction:
+        # A race with the same token ended the transaction (and its hold): issue anew.
+        work, project, issued = next_for_session(db, session_id, authorization)
+        return work, project, issued
+    issued = next_query(db, project, work, held=True)
+    if db.in_transaction():  # e.g. the session just finished, or holds an open question
+        db.commit()
+    return work, project, issued
 
 
 def record_answer(
@@ -87,10 +98,15 @@ def record_answer(
     token: str,
     choice: int,
     client_ms: float | None,
+    *,
+    project: Project | None = None,
+    commit: bool = True,
 ) -> WorkSession:
     """Store the answer to the query ``token``; a repeat of the same answer stores nothing.
 
-    The answer is committed before this returns.
+    The answer is committed before this returns, unless ``commit`` is false: then the
+    caller commits the transaction (durable, see :func:`answer_and_next`). ``project``:
+    ``work``'s project, if already read.
     """
     if client_ms is not None and (
         not math.isfinite(client_ms) or not 0 <= client_ms <= MAX_CLIENT_MS
@@ -139,12 +155,13 @@ def record_answer(
         finish_session(db, work)
     if work.finished_at is not None or work.answered % QUALITY_REVIEW_EVERY == 0:
         # Only now is the project read: most answers need nothing from it.
-        project = db.get(Project, work.project_id)
+        project = project or db.get(Project, work.project_id)
         assert project is not None  # a foreign key guarantees it
         plan = project_plan(project)
         if plan is not None:
             review_participant(db, project, work.participant_id, plan)
-    db.commit()
+    if commit:
+        db.commit()
     return work
 
 

@@ -132,11 +132,32 @@ _SESSION_IN_PROJECT = (
 )
 
 
+# PostgreSQL: the project's row locked first (issuing is serialised per project), the
+# session read after the lock is granted, so it is current (READ COMMITTED).
+_LOCK_PROJECT_OF_SESSION = (
+    select(Project.id)
+    .where(
+        Project.id
+        == select(WorkSession.project_id)
+        .where(WorkSession.id == bindparam("session"))
+        .scalar_subquery()
+    )
+    .with_for_update()
+)
+
+
 def authenticate_session_in_project(
-    db: Session, session_id: str, authorization: str | None
+    db: Session, session_id: str, authorization: str | None, *, hold: bool = False
 ) -> tuple[WorkSession, Project]:
-    """:func:`authenticate_session` and the session's project, read in one statement."""
+    """:func:`authenticate_session` and the session's project, read in one statement.
+
+    ``hold``: in a writing transaction, hold the project until commit first, so that what
+    follows is serialised per project (as issuing is); on SQLite the write lock held already
+    does it, on PostgreSQL the project's row is locked by one more statement.
+    """
     token = _bearer(authorization)
+    if hold and db.get_bind().dialect.name != "sqlite":
+        db.execute(_LOCK_PROJECT_OF_SESSION, {"session": session_id})
     row = db.execute(_SESSION_IN_PROJECT, {"session": session_id}).first()
     work = _check_token(row[0] if row else None, session_id, token)
     return work, row[1]
