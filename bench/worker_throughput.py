@@ -260,7 +260,7 @@ def setup_project(base: str, key: str, n_workers: int) -> list[tuple[str, str]]:
         client.post("/api/projects/bench/objects", json=objects, headers=headers)
         plan = {
             "strategies": [{"kind": "random", "weight": 1}],
-            "queries_per_session": 100_000,
+            "queries_per_session": 5000,  # the most a plan allows
             "gold_rate": 0.05,
             "repeat_rate": 0.05,
         }
