@@ -16,7 +16,7 @@ from app.db.session import ensure_write
 from app.errors import AppError, Conflict, Forbidden, InvalidInput, NotFound
 from app.services.issuance import COUNT_PLACES, Issued, finish_session, next_for_session, next_query
 from app.services.projects import project_plan
-from app.services.quality import review_participant
+from app.services.quality import count_answer, min_answer_ms, review_counts
 from app.services.sessions import authenticate_session_in_project
 
 QUALITY_REVIEW_EVERY = 5
@@ -172,13 +172,13 @@ def record_answer(
     set_committed_value(work, "answered", answered)
     if work.answered >= work.total:
         finish_session(db, work)
+    project = project or db.get(Project, work.project_id)
+    assert project is not None  # a foreign key guarantees it
+    counts = count_answer(db, work.participant_id, answer, min_answer_ms(project))
     if work.finished_at is not None or work.answered % QUALITY_REVIEW_EVERY == 0:
-        # Only now is the project read: most answers need nothing from it.
-        project = project or db.get(Project, work.project_id)
-        assert project is not None  # a foreign key guarantees it
         plan = project_plan(project)
         if plan is not None:
-            review_participant(db, project, work.participant_id, plan)
+            review_counts(db, counts, plan)
     if commit:
         db.commit()
     return work, True
