@@ -32,10 +32,16 @@ COUNTERS = (
 )
 
 
+# Plain ADD / DROP COLUMN on both databases (SQLite has both since 3.35), never a batch
+# copy of the table: on SQLite, dropping the old participants table would empty or unlink
+# the rows that reference it (sessions, queries, answers) through their foreign keys.
+
+
 def upgrade() -> None:
-    with op.batch_alter_table("participants") as batch:
-        for name in COUNTERS:
-            batch.add_column(sa.Column(name, sa.Integer(), server_default="0", nullable=False))
+    for name in COUNTERS:
+        op.add_column(
+            "participants", sa.Column(name, sa.Integer(), server_default="0", nullable=False)
+        )
     bind = op.get_bind()
     projects = bind.execute(sa.text("SELECT id, plan FROM projects")).all()
     for project_id, plan in projects:
@@ -72,6 +78,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("participants") as batch:
-        for name in COUNTERS:
-            batch.drop_column(name)
+    for name in COUNTERS:
+        op.drop_column("participants", name)
