@@ -162,11 +162,12 @@ def next_for_session(
     """Authenticate the session and give its next question, in one writing transaction.
 
     Most calls issue a question, so the transaction takes the write lock before its first
-    read: on SQLite what it reads is then current and no read transaction has to end first.
+    read: on SQLite what it reads is then current and no read transaction has to end first;
+    on PostgreSQL the session's and the project's rows are locked as they are read.
     """
     ensure_write(db)
-    work, project = authenticate_session_in_project(db, session_id, authorization)
-    issued = next_query(db, project, work)
+    work, project = authenticate_session_in_project(db, session_id, authorization, hold=True)
+    issued = next_query(db, project, work, held=True)
     db.commit()
     return work, project, issued
 

@@ -132,18 +132,10 @@ _SESSION_IN_PROJECT = (
 )
 
 
-# PostgreSQL: the project's row locked first (issuing is serialised per project), the
-# session read after the lock is granted, so it is current (READ COMMITTED).
-_LOCK_PROJECT_OF_SESSION = (
-    select(Project.id)
-    .where(
-        Project.id
-        == select(WorkSession.project_id)
-        .where(WorkSession.id == bindparam("session"))
-        .scalar_subquery()
-    )
-    .with_for_update()
-)
+# PostgreSQL: both rows locked as they are read, the session's then the project's (one
+# order for every transaction that takes both: no deadlock); a locked row is read as
+# committed last (READ COMMITTED re-reads it once the lock is granted), so both are current.
+_SESSION_IN_PROJECT_HELD = _SESSION_IN_PROJECT.with_for_update(of=[WorkSession, Project])
 
 
 def authenticate_session_in_project(
@@ -151,14 +143,13 @@ def authenticate_session_in_project(
 ) -> tuple[WorkSession, Project]:
     """:func:`authenticate_session` and the session's project, read in one statement.
 
-    ``hold``: in a writing transaction, hold the project until commit first, so that what
-    follows is serialised per project (as issuing is); on SQLite the write lock held already
-    does it, on PostgreSQL the project's row is locked by one more statement.
+    ``hold``: in a writing transaction, hold the project (and the session) until commit, so
+    that what follows is serialised per project (as issuing is): on SQLite the write lock
+    held already does it, on PostgreSQL the statement locks both rows.
     """
     token = _bearer(authorization)
-    if hold and db.get_bind().dialect.name != "sqlite":
-        db.execute(_LOCK_PROJECT_OF_SESSION, {"session": session_id})
-    row = db.execute(_SESSION_IN_PROJECT, {"session": session_id}).first()
+    statement = _SESSION_IN_PROJECT_HELD if hold else _SESSION_IN_PROJECT
+    row = db.execute(statement, {"session": session_id}).first()
     work = _check_token(row[0] if row else None, session_id, token)
     return work, row[1]
 

@@ -25,9 +25,9 @@ from tests.factories import (
 # transaction control (BEGIN, COMMIT) included: answer (session, claim, question's count,
 # answer, session's count, participant's quality counters), issue (new question, plan
 # progress, query, shown objects). SQLite holds the whole database under its write lock;
-# PostgreSQL locks the project's row in one more statement. Answers that arrive together
-# share BEGIN and COMMIT (group commit) and add a SAVEPOINT and its RELEASE each.
-MOST = {"sqlite": 13, "postgresql": 14}
+# PostgreSQL locks the session's and the project's rows as it reads them. Answers that
+# arrive together share BEGIN and COMMIT (group commit) and add a SAVEPOINT and a RELEASE.
+MOST = {"sqlite": 13, "postgresql": 13}
 
 
 @pytest.fixture
@@ -72,10 +72,12 @@ def test_statements_per_round_trip(app, engine: Engine, statements: list[str]) -
             assert response.status_code == 201, response.text
             body = response.json()["next"]
             assert body["query"]["token"] != query["token"]
-            # The first answer after GET …/next also switches SQLite to synchronous=FULL;
-            # every 5th answer also reviews the participant's quality.
+            # Every 5th answer also reviews the participant's quality.
+            # A pooled SQLite connection switches to synchronous=FULL once, on its first
+            # answer: not counted.
+            sent = [s for s in statements if not s.startswith("PRAGMA synchronous")]
             if i and (i + 1) % 5:
-                counts.append(len(statements))
-                print(f"{len(statements)} statements:", *statements, sep="\n  ")
+                counts.append(len(sent))
+                print(f"{len(sent)} statements:", *sent, sep="\n  ")
         client.delete(f"/api/projects/{slug}?force=true", headers=headers)
     assert max(counts) <= MOST[engine.dialect.name], counts
