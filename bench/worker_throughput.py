@@ -437,6 +437,7 @@ def main() -> None:
         return ours(url, n_sessions, 2 if row.endswith("2") else 1)
 
     runs: dict[tuple[str, int], list[Run]] = {(r, w): [] for r in rows for w in args.workers}
+    load_before = os.getloadavg()
     try:
         if salmon is not None:
             salmon.start()
@@ -454,7 +455,7 @@ def main() -> None:
     finally:
         if salmon is not None:
             salmon.stop()
-    report(runs, rows, args.workers, seconds, args.repeats)
+    report(runs, rows, args.workers, seconds, args.repeats, load_before)
 
 
 def report(
@@ -463,6 +464,7 @@ def report(
     workers: list[int],
     seconds: float,
     repeats: int,
+    load_before: tuple[float, float, float],
 ) -> None:
     def rate(row: str, n: int) -> float:
         return statistics.fmean(r.rate for r in runs[row, n]) if (row, n) in runs else float("nan")
@@ -470,8 +472,10 @@ def report(
     print(
         f"\nworker round trips (a question answered), {seconds:.0f} s per measurement, "
         f"{repeats} run(s) of each, client on the same machine (raw asyncio HTTP/1.1 "
-        "keep-alive, one connection per worker, no think time); load before: "
-        + " ".join(f"{x:.2f}" for x in os.getloadavg())
+        "keep-alive, one connection per worker, no think time); load average (1, 5, 15 min) "
+        + "before: {:.1f} {:.1f} {:.1f}, after: {:.1f} {:.1f} {:.1f}".format(
+            *load_before, *os.getloadavg()
+        )
     )
     header = ("system", "workers", "round trips/s", "p50 ms", "p99 ms", "errors")
     header += ("vs ceiling", "vs Salmon", "server CPU", "client CPU")
