@@ -329,14 +329,16 @@ class Salmon:
         self.pids: dict[str, int] = {}
 
     def start(self) -> None:
-        subprocess.run(
-            ["bash", str(self.launcher), str(self.directory)],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        for line in (self.directory / "run" / "pids").read_text().splitlines():
-            name, pid = line.split()
-            self.pids[name] = int(pid)
+        try:
+            subprocess.run(
+                ["bash", str(self.launcher), str(self.directory)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+        finally:  # what it started, even if it then failed, so that stop() ends it
+            for line in (self.directory / "run" / "pids").read_text().splitlines():
+                name, pid = line.split()
+                self.pids[name] = int(pid)
         wait_for("http://127.0.0.1:8241/query")
         self.pause()
 
@@ -354,11 +356,16 @@ class Salmon:
             os.kill(pid, signal.SIGCONT)
 
     def stop(self) -> None:
+        """End every Salmon process, and wait (up to 30 s) until they are gone and their
+        fixed ports are free for the next run."""
         self.resume()
-        for root in self.pids.values():
-            for pid in reversed(process_tree(root)):
-                with suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGTERM)
+        pids = [p for root in self.pids.values() for p in process_tree(root)]
+        for pid in reversed(pids):
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while any(Path(f"/proc/{p}").exists() for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
 
     @contextmanager
     def running(self, n_sessions: int) -> Iterator[System]:
