@@ -329,6 +329,11 @@ class Salmon:
         self.pids: dict[str, int] = {}
 
     def start(self) -> None:
+        # A fresh Redis each run, as our rows get fresh databases; and with a saved
+        # experiment Salmon's frontend asks its backend to restore it at startup, before
+        # launch.sh's backend is up under load, and fails to boot (seen on this machine).
+        for saved in (self.directory / "run" / "redis-data").glob("*.rdb"):
+            saved.unlink()
         try:
             subprocess.run(
                 ["bash", str(self.launcher), str(self.directory)],
