@@ -161,11 +161,13 @@ def simulate(
                 )
                 with lock:
                     result.sessions += 1
+                nxt = None  # each answer's reply carries the next question
                 while True:
                     if not take_one():
                         return
                     started = time.perf_counter()
-                    nxt = client.get(f"/api/w/sessions/{session}/next", headers=headers).json()
+                    if nxt is None:
+                        nxt = client.get(f"/api/w/sessions/{session}/next", headers=headers).json()
                     if nxt.get("done"):
                         give_back()
                         if nxt.get("completion_code") is None:
@@ -186,7 +188,9 @@ def simulate(
                     if posted.status_code != 201:
                         give_back()
                         result.errors.append(posted.text)
+                        nxt = None
                         continue
+                    nxt = posted.json().get("next")
                     with lock:
                         result.latencies_ms.append(elapsed)
                         done = result.answers

@@ -1,15 +1,27 @@
-"""Worker round trips per second: GET next + POST answer, against a real server.
+"""Worker round trips per second against real servers: Salmon, the bare ceiling and ours.
 
-Ours (`tripletlab serve`, one process, SQLite and PostgreSQL) side by side with the
-ceiling of the same stack: a bare FastAPI app under the same uvicorn whose two routes
-return constant JSON, driven by the same client. The ratio says what Triplet Lab's own
-work (auth, issuance under a lock, exactly-once answer, quality checks) costs. The client
-is a few lines of raw asyncio HTTP/1.1 so that it leaves the CPU to the server; the CPU
-columns say how the two cores were shared.
-Salmon's reported figure (about 90 round trips/s on a comparable machine) is printed
-for reference only: it was not measured here.
+One interleaved run measures, with the same client and at 1, 10 and 50 concurrent workers:
 
-    .venv/bin/python bench/worker_throughput.py [--quick] [--postgres URL] [--runs ...]
+* **Salmon 1.0.3** (Redis + RedisJSON, 4 gunicorn workers, Dask), the closest public system,
+  started from a directory made by ``../shared/tools/salmon-bench/setup.sh DIR`` (``--salmon
+  DIR``, default ``bench/.salmon``, gitignored; nothing of Salmon is committed). A worker there
+  is ``GET /query`` then ``POST /answer``. Its Dask workers are stopped (SIGSTOP) while the
+  other rows run, so they do not take CPU from them.
+* **the bare ceiling**: a FastAPI app under the same uvicorn whose routes return constant JSON
+  in our protocol, so the ratio says what Triplet Lab's own work costs.
+* **Triplet Lab** (`tripletlab serve`): SQLite, SQLite with 2 server processes, PostgreSQL,
+  PostgreSQL with 2 server processes. A worker gets its first question with ``GET …/next``,
+  then each answer's 201 carries the next question (``"next"``), as the worker page does.
+
+A round trip is one question answered (for Salmon: a query fetched and answered). The client
+is a few lines of raw asyncio HTTP/1.1 keep-alive (one connection per worker, no think time)
+so that it leaves the CPU to the servers; "server CPU" is the CPU time of every process of the
+system measured (for Salmon: redis, backend, frontend and Dask) per round trip.
+Rows take turns, repeat after repeat, so a slow spell of the shared machine hits them alike.
+
+    ../shared/tools/salmon-bench/setup.sh bench/.salmon      # once, ~2-10 min
+    .venv/bin/python bench/worker_throughput.py [--quick] [--repeats 3] [--salmon DIR]
+        [--postgres URL] [--rows ...] [--workers 1 10 50]
 """
 
 from __future__ import annotations
@@ -17,17 +29,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import numpy as np
 
-sys.path.insert(0, __import__("os").path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(__file__))
 from _server import cpu_seconds, free_port, reset_postgres, running_server
 
 try:  # the client's event loop: uvloop (installed with uvicorn[standard]) is the lighter one
@@ -37,18 +54,26 @@ try:  # the client's event loop: uvloop (installed with uvicorn[standard]) is th
 except ImportError:
     run_loop = asyncio.run
 
-SALMON_REPORTED = 90.0
-RUNS = ("bare", "sqlite", "sqlite2", "postgres")
+ROOT = Path(__file__).resolve().parent.parent
+ROWS = ("salmon", "bare", "sqlite", "sqlite2", "postgres", "postgres2")
+LABELS = {
+    "salmon": "Salmon 1.0.3 (Redis, 4 gunicorn workers)",
+    "bare": "bare FastAPI, constant JSON (ceiling)",
+    "sqlite": "Triplet Lab, SQLite",
+    "sqlite2": "Triplet Lab, SQLite, 2 processes",
+    "postgres": "Triplet Lab, PostgreSQL",
+    "postgres2": "Triplet Lab, PostgreSQL, 2 processes",
+}
 BARE_APP = """
 from fastapi import FastAPI
 app = FastAPI()
+QUERY = {"token": "t", "kind": "triplet", "objects": [{"index": 0}, {"index": 1}, {"index": 2}]}
 @app.get("/api/w/sessions/{sid}/next")
 def next_(sid: str):
-    objects = [{"index": 0}, {"index": 1}, {"index": 2}]
-    return {"query": {"token": "t", "kind": "triplet", "objects": objects}}
+    return {"query": QUERY}
 @app.post("/api/w/sessions/{sid}/answers", status_code=201)
 def answer(sid: str, body: dict):
-    return {"answered": 1, "total": 10, "done": False}
+    return {"answered": 1, "total": 10, "done": False, "next": {"query": QUERY}}
 """
 
 
@@ -67,13 +92,14 @@ class Connection:
         self.writer: asyncio.StreamWriter | None = None
 
     async def request(
-        self, method: str, path: str, token: str, body: bytes = b""
+        self, method: str, path: str, token: str = "", body: bytes = b""
     ) -> tuple[int, bytes]:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
         head = f"{method} {path} HTTP/1.1\r\nhost: {self.host}\r\n"
-        head += f"authorization: Bearer {token}\r\n"
+        if token:
+            head += f"authorization: Bearer {token}\r\n"
         if body:
             head += f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
         self.writer.write(head.encode() + b"\r\n" + body)
@@ -91,63 +117,140 @@ class Connection:
             self.writer.close()
 
 
+@dataclass
+class Tally:
+    latencies: list[float] = field(default_factory=list)  # ms per round trip
+    errors: int = 0
+    first_error: str = ""
+
+    def error(self, status: int, body: bytes) -> None:
+        self.errors += 1
+        self.first_error = self.first_error or f"{status} {body[:200]!r}"
+
+
+async def ours_worker(
+    connection: Connection, session: tuple[str, str], stop: float, tally: Tally
+) -> None:
+    """GET next once, then answer; each 201 carries the next question (or GET it if not)."""
+    session_id, token = session
+    nxt: dict | None = None
+    while time.monotonic() < stop:
+        started = time.perf_counter()
+        if nxt is None:
+            status, body = await connection.request(
+                "GET", f"/api/w/sessions/{session_id}/next", token
+            )
+            if status != 200:
+                tally.error(status, body)
+                return
+            nxt = json.loads(body)
+        if nxt.get("done"):
+            return
+        query = nxt["query"]
+        answer = {"token": query["token"], "choice": query["objects"][1]["index"]}
+        status, body = await connection.request(
+            "POST",
+            f"/api/w/sessions/{session_id}/answers",
+            token,
+            json.dumps({**answer, "client_ms": 1000}).encode(),
+        )
+        if status != 201:
+            tally.error(status, body)
+            return
+        nxt = json.loads(body).get("next")
+        tally.latencies.append((time.perf_counter() - started) * 1000)
+
+
+async def salmon_worker(
+    connection: Connection, session: tuple[str, str], stop: float, tally: Tally
+) -> None:
+    """Salmon's worker page: GET /query, then POST /answer with the query and the winner."""
+    puid = session[0]
+    while time.monotonic() < stop:
+        started = time.perf_counter()
+        status, body = await connection.request("GET", f"/query?puid={puid}")
+        if status != 200:
+            tally.error(status, body)
+            return
+        query = json.loads(body)
+        answer = {
+            **{k: query[k] for k in ("head", "left", "right", "sampler", "score")},
+            "winner": query["left"],
+            "puid": puid,
+            "response_time": 1.0,
+            "network_latency": 0.0,
+        }
+        status, body = await connection.request("POST", "/answer", body=json.dumps(answer).encode())
+        if status != 200:
+            tally.error(status, body)
+            return
+        tally.latencies.append((time.perf_counter() - started) * 1000)
+
+
+Worker = Callable[[Connection, tuple[str, str], float, Tally], object]
+
+
 async def drive(
-    base: str, sessions: list[tuple[str, str]], seconds: float
-) -> tuple[int, list[float]]:
-    """Each session loops next → answer on its own keep-alive connection for ``seconds``;
-    returns (round trips, latencies ms)."""
+    base: str, sessions: list[tuple[str, str]], seconds: float, worker: Worker
+) -> Tally:
     host, port = base.removeprefix("http://").split(":")
-    latencies: list[float] = []
+    tally = Tally()
     stop = time.monotonic() + seconds
 
-    async def worker(session_id: str, token: str) -> None:
+    async def one(session: tuple[str, str]) -> None:
         connection = Connection(host, int(port))
         try:
-            while time.monotonic() < stop:
-                started = time.perf_counter()
-                status, body = await connection.request(
-                    "GET", f"/api/w/sessions/{session_id}/next", token
-                )
-                assert status == 200, body
-                nxt = json.loads(body)
-                if nxt.get("done"):
-                    return
-                query = nxt["query"]
-                answer = {"token": query["token"], "choice": query["objects"][1]["index"]}
-                status, body = await connection.request(
-                    "POST",
-                    f"/api/w/sessions/{session_id}/answers",
-                    token,
-                    json.dumps({**answer, "client_ms": 1000}).encode(),
-                )
-                assert status == 201, body
-                latencies.append((time.perf_counter() - started) * 1000)
+            await worker(connection, session, stop, tally)  # type: ignore[misc]
+        except (OSError, asyncio.IncompleteReadError) as error:
+            tally.error(0, repr(error).encode())
         finally:
             connection.close()
 
-    await asyncio.gather(*(worker(s, t) for s, t in sessions))
-    return len(latencies), latencies
+    await asyncio.gather(*(one(s) for s in sessions))
+    return tally
 
 
 @dataclass
 class Run:
-    """One timed run: round trips per second, latencies, and CPU seconds per round trip."""
+    """One timed run: round trips per second, latencies, errors, CPU ms per round trip."""
 
     rate: float
     latencies: list[float]
-    server_cpu_ms: float  # server processes' CPU per round trip
+    errors: int
+    server_cpu_ms: float  # the system's processes' CPU per round trip
     client_cpu_ms: float  # this process's CPU per round trip
 
 
-def timed(base: str, sessions: list[tuple[str, str]], seconds: float, server_pid: int) -> Run:
-    run_loop(drive(base, sessions, 2.0))  # warm up
-    server_before, client_before = cpu_seconds(server_pid), time.process_time()
+@dataclass
+class System:
+    """A running system: where to reach it, its sessions, its processes and its client."""
+
+    base: str
+    sessions: list[tuple[str, str]]
+    pids: list[int]
+    worker: Worker
+
+
+def timed(system: System, n_workers: int, seconds: float) -> Run:
+    sessions = system.sessions[:n_workers]
+    run_loop(drive(system.base, sessions, 2.0, system.worker))  # warm up
+    server_before = sum(cpu_seconds(p) for p in system.pids)
+    client_before = time.process_time()
     started = time.perf_counter()
-    count, latencies = run_loop(drive(base, sessions, seconds))
+    tally = run_loop(drive(system.base, sessions, seconds, system.worker))
     elapsed = time.perf_counter() - started
-    server_cpu = cpu_seconds(server_pid) - server_before
+    server_cpu = sum(cpu_seconds(p) for p in system.pids) - server_before
     client_cpu = time.process_time() - client_before
-    return Run(count / elapsed, latencies, server_cpu * 1000 / count, client_cpu * 1000 / count)
+    if tally.errors:
+        print(f"  {tally.errors} errors, first: {tally.first_error}", file=sys.stderr)
+    count = max(len(tally.latencies), 1)
+    return Run(
+        len(tally.latencies) / elapsed,
+        tally.latencies,
+        tally.errors,
+        server_cpu * 1000 / count,
+        client_cpu * 1000 / count,
+    )
 
 
 # --strategy adaptive (issue 12): the plan's one strategy is `adaptive` (t-STE, refit every
@@ -187,7 +290,7 @@ def setup_project(
             spec["params"] = {"refresh_every": ADAPTIVE_REFRESH}
         plan = {
             "strategies": [spec],
-            "queries_per_session": 5000,
+            "queries_per_session": 5000,  # the most a plan allows
             "gold_rate": 0.05,
             "repeat_rate": 0.05,
         }
@@ -201,66 +304,136 @@ def setup_project(
     return sessions
 
 
-def measure_ours(
-    database_url: str | None,
-    workers: int,
-    seconds: float,
-    processes: int = 1,
-    strategy: str = "random",
-) -> Run:
+@contextmanager
+def ours(
+    database_url: str | None, n_sessions: int, processes: int, strategy: str = "random"
+) -> Iterator[System]:
+    if database_url:
+        reset_postgres(database_url)
+    # adaptive needs the job runner: its refits run there, as in production.
     run_jobs = "true" if strategy == "adaptive" else "false"
     settings = {"run_jobs": run_jobs, "web_workers": str(processes)}
     with running_server(database_url, **settings) as server:
-        sessions = setup_project(server.base, server.key, workers, strategy)
-        return timed(server.base, sessions, seconds, server.process.pid)
+        sessions = setup_project(server.base, server.key, n_sessions, strategy)
+        yield System(server.base, sessions, [server.process.pid], ours_worker)
 
 
-def measure_bare(workers: int, seconds: float) -> Run:
-    import tempfile
-    from pathlib import Path
-
+@contextmanager
+def bare(n_sessions: int) -> Iterator[System]:
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "bare_app.py").write_text(BARE_APP)
         port = free_port()
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "bare_app:app",
-                "--port",
-                str(port),
-                "--log-level",
-                "warning",
-            ],
-            cwd=tmp,
-        )
+        command = [sys.executable, "-m", "uvicorn", "bare_app:app", "--port", str(port)]
+        process = subprocess.Popen([*command, "--log-level", "warning"], cwd=tmp)
         base = f"http://127.0.0.1:{port}"
         try:
-            for _ in range(100):
-                try:
-                    httpx.get(f"{base}/docs", timeout=1)
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.2)
-            sessions = [(f"s{i}", "t") for i in range(workers)]
-            return timed(base, sessions, seconds, process.pid)
+            wait_for(f"{base}/docs")
+            sessions = [(f"s{i}", "t") for i in range(n_sessions)]
+            yield System(base, sessions, [process.pid], ours_worker)
         finally:
             process.terminate()
             process.wait(timeout=30)
 
 
-def pool(runs: list[Run]) -> Run:
-    """One row from repeated runs: mean rate and CPU, latencies pooled."""
-    return Run(
-        statistics.fmean(r.rate for r in runs),
-        [ms for r in runs for ms in r.latencies],
-        statistics.fmean(r.server_cpu_ms for r in runs),
-        statistics.fmean(r.client_cpu_ms for r in runs),
-    )
+def wait_for(url: str, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not answer within {seconds:.0f} s")
+        time.sleep(0.3)
 
 
-def percentile(values: list[float], q: float) -> float:
+def salmon_launcher() -> Path | None:
+    """``launch.sh`` of ``shared/tools/salmon-bench`` beside the checkout (or one level up)."""
+    for parent in ROOT.parents:
+        candidate = parent / "shared" / "tools" / "salmon-bench" / "launch.sh"
+        if candidate.exists():
+            return candidate
+    return None
+
+
+class Salmon:
+    """Salmon 1.0.3 started by its bench launcher for the whole run, stopped at the end."""
+
+    def __init__(self, directory: Path, launcher: Path) -> None:
+        self.directory, self.launcher = directory, launcher
+        self.pids: dict[str, int] = {}
+
+    def start(self) -> None:
+        # A fresh Redis each run, as our rows get fresh databases; and with a saved
+        # experiment Salmon's frontend asks its backend to restore it at startup, before
+        # launch.sh's backend is up under load, and fails to boot (seen on this machine).
+        for saved in (self.directory / "run" / "redis-data").glob("*.rdb"):
+            saved.unlink()
+        try:
+            subprocess.run(
+                ["bash", str(self.launcher), str(self.directory)],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+        finally:  # what it started, even if it then failed, so that stop() ends it
+            for line in (self.directory / "run" / "pids").read_text().splitlines():
+                name, pid = line.split()
+                self.pids[name] = int(pid)
+        wait_for("http://127.0.0.1:8241/query")
+        self.pause()
+
+    def _dask(self) -> list[int]:
+        """The Dask processes (scheduler, workers and their children)."""
+        roots = [self.pids[n] for n in ("dask-scheduler", "dask-worker") if n in self.pids]
+        return [p for root in roots for p in process_tree(root)]
+
+    def pause(self) -> None:
+        for pid in self._dask():
+            os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for pid in self._dask():
+            os.kill(pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        """End every Salmon process, and wait (up to 30 s) until they are gone and their
+        fixed ports are free for the next run."""
+        self.resume()
+        pids = [p for root in self.pids.values() for p in process_tree(root)]
+        for pid in reversed(pids):
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while any(Path(f"/proc/{p}").exists() for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    @contextmanager
+    def running(self, n_sessions: int) -> Iterator[System]:
+        self.resume()
+        try:
+            time.sleep(2)  # Dask's heartbeats catch up
+            sessions = [(f"w{i}", "") for i in range(n_sessions)]
+            yield System("http://127.0.0.1:8241", sessions, list(self.pids.values()), salmon_worker)
+        finally:
+            self.pause()
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and its descendants, parents first (Linux /proc)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    tree = [root]
+    for pid in tree:
+        tree.extend(child for child, ppid in parents.items() if ppid == pid and child not in tree)
+    return [p for p in tree if Path(f"/proc/{p}").exists()]
+
+
+def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100)[q - 1] if len(values) > 2 else float("nan")
 
 
@@ -268,26 +441,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--quick", action="store_true", help="5 s per run instead of 20 s")
-    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--quick", action="store_true", help="4 s per measurement instead of 10 s")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 10, 50])
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each row (mean ± sd)")
+    parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
+    parser.add_argument(
+        "--salmon",
+        type=Path,
+        default=ROOT / "bench" / ".salmon",
+        help="directory set up by shared/tools/salmon-bench/setup.sh (default bench/.salmon)",
+    )
     parser.add_argument(
         "--postgres",
         # Its own database (created if missing), so a run never empties the tests' one.
         default="postgresql+psycopg://postgres@127.0.0.1:5432/tripletlab_bench",
         help="PostgreSQL URL; its schema is dropped and recreated",
-    )
-    parser.add_argument(
-        "--runs",
-        nargs="+",
-        choices=RUNS,
-        default=list(RUNS),
-        help="which rows to measure (default: all; without 'bare' the ratio column is blank)",
-    )
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=1,
-        help="runs of each row (rates: mean ± sd; the rest pooled)",
     )
     parser.add_argument(
         "--strategy",
@@ -296,71 +464,103 @@ def main() -> None:
         help="the plan's strategy (adaptive: see ADAPTIVE_REFRESH; the job runner is on)",
     )
     args = parser.parse_args()
-    seconds = 5.0 if args.quick else 20.0
+    seconds = 4.0 if args.quick else 10.0
+    n_sessions = max(args.workers)
 
-    measures: list[tuple[str, Callable[[], Run]]] = []
-    if "bare" in args.runs:
-        measures.append(
-            ("bare FastAPI ceiling (constant JSON)", lambda: measure_bare(args.workers, seconds))
-        )
-    if "sqlite" in args.runs:
-        measures.append(
-            (
-                "Triplet Lab, SQLite",
-                lambda: measure_ours(None, args.workers, seconds, strategy=args.strategy),
+    salmon: Salmon | None = None
+    rows = list(args.rows)
+    if "salmon" in rows:
+        launcher = salmon_launcher()
+        if launcher is None or not (args.salmon / "salmon-venv").exists():
+            print(
+                f"Salmon is not set up in {args.salmon}: run shared/tools/salmon-bench/setup.sh "
+                f"{args.salmon} first (or pass --salmon DIR); measuring the other rows.",
+                file=sys.stderr,
             )
+            rows.remove("salmon")
+        else:
+            salmon = Salmon(args.salmon.resolve(), launcher)
+
+    def system(row: str):  # type: ignore[no-untyped-def]
+        if row == "salmon":
+            assert salmon is not None
+            return salmon.running(n_sessions)
+        if row == "bare":
+            return bare(n_sessions)
+        url = args.postgres if row.startswith("postgres") else None
+        return ours(url, n_sessions, 2 if row.endswith("2") else 1, args.strategy)
+
+    runs: dict[tuple[str, int], list[Run]] = {(r, w): [] for r in rows for w in args.workers}
+    load_before = os.getloadavg()
+    try:
+        if salmon is not None:
+            salmon.start()
+        for repeat in range(args.repeats):
+            for row in rows:
+                with system(row) as running:
+                    for n_workers in args.workers:
+                        run = timed(running, n_workers, seconds)
+                        runs[row, n_workers].append(run)
+                        print(
+                            f"[{repeat + 1}/{args.repeats}] {LABELS[row]:42s} {n_workers:3d} "
+                            f"workers: {run.rate:8.1f}/s",
+                            file=sys.stderr,
+                        )
+    finally:
+        if salmon is not None:
+            salmon.stop()
+    report(runs, rows, args.workers, seconds, args.repeats, load_before)
+
+
+def report(
+    runs: dict[tuple[str, int], list[Run]],
+    rows: list[str],
+    workers: list[int],
+    seconds: float,
+    repeats: int,
+    load_before: tuple[float, float, float],
+) -> None:
+    def rate(row: str, n: int) -> float:
+        return statistics.fmean(r.rate for r in runs[row, n]) if (row, n) in runs else float("nan")
+
+    print(
+        f"\nworker round trips (a question answered), {seconds:.0f} s per measurement, "
+        f"{repeats} run(s) of each, client on the same machine (raw asyncio HTTP/1.1 "
+        "keep-alive, one connection per worker, no think time); load average (1, 5, 15 min) "
+        + "before: {:.1f} {:.1f} {:.1f}, after: {:.1f} {:.1f} {:.1f}".format(
+            *load_before, *os.getloadavg()
         )
-    if "sqlite2" in args.runs:
-        measures.append(
-            (
-                "Triplet Lab, SQLite, 2 server processes",
-                lambda: measure_ours(
-                    None, args.workers, seconds, processes=2, strategy=args.strategy
-                ),
+    )
+    header = ("system", "workers", "round trips/s", "p50 ms", "p99 ms", "errors")
+    header += ("vs ceiling", "vs Salmon", "server CPU", "client CPU")
+    line = "{:42s} {:>7s} {:>16s} {:>8s} {:>8s} {:>6s} {:>10s} {:>9s} {:>10s} {:>10s}"
+    print(line.format(*header))
+    for row in rows:
+        for n in workers:
+            done = runs[row, n]
+            mean = statistics.fmean(r.rate for r in done)
+            spread = f"{mean:.0f} ± {statistics.pstdev([r.rate for r in done]):.0f}"
+            latencies = [ms for r in done for ms in r.latencies]
+            server = statistics.fmean(r.server_cpu_ms for r in done)
+            client = statistics.fmean(r.client_cpu_ms for r in done)
+            print(
+                line.format(
+                    LABELS[row],
+                    str(n),
+                    spread,
+                    f"{percentile(latencies, 50):.1f}",
+                    f"{percentile(latencies, 99):.1f}",
+                    str(sum(r.errors for r in done)),
+                    f"{mean / rate('bare', n):.2f}",
+                    f"{mean / rate('salmon', n):.2f}x",
+                    f"{server:.2f} ms",
+                    f"{client:.2f} ms",
+                )
             )
-        )
-    if "postgres" in args.runs and args.postgres:
-
-        def postgres() -> Run:
-            reset_postgres(args.postgres)
-            return measure_ours(args.postgres, args.workers, seconds, strategy=args.strategy)
-
-        measures.append(("Triplet Lab, PostgreSQL", postgres))
-    # Rows take turns run after run, so a slow spell of the machine hits every row alike.
-    runs: dict[str, list[Run]] = {name: [] for name, _ in measures}
-    for _ in range(args.repeats):
-        for name, measure in measures:
-            runs[name].append(measure())
-    rows = [(name, pool(done)) for name, done in runs.items()]
-    ceiling = rows[0][1].rate if "bare" in args.runs else float("nan")
-
     print(
-        f"\nworker round trips (GET next + POST answer), {args.workers} concurrent workers, "
-        f"{seconds:.0f} s per run, {args.repeats} run(s) of each row, 1 uvicorn process unless "
-        "said, client on the same machine (raw asyncio HTTP/1.1 keep-alive, one connection per "
-        "worker)"
-    )
-    header = ("server", "round trips/s", "p50 ms", "p99 ms", "vs ceiling", "vs Salmon*")
-    header += ("server CPU", "client CPU")
-    print("{:40s} {:>18s} {:>8s} {:>8s} {:>11s} {:>11s} {:>11s} {:>11s}".format(*header))
-    for name, run in rows:
-        p50, p99 = percentile(run.latencies, 50), percentile(run.latencies, 99)
-        rates = [r.rate for r in runs[name]]
-        spread = f"{run.rate:.1f} ± {statistics.pstdev(rates):.1f}"
-        print(
-            f"{name:40s} {spread:>18s} {p50:8.1f} {p99:8.1f} "
-            f"{run.rate / ceiling:10.2f}x {run.rate / SALMON_REPORTED:10.1f}x "
-            f"{run.server_cpu_ms:8.2f} ms {run.client_cpu_ms:8.2f} ms"
-        )
-    if args.repeats > 1:
-        print("round trips/s: mean ± sd over runs; latencies pooled over runs; CPU: mean of runs.")
-    print(
-        "CPU columns: CPU time per round trip of the server's processes and of this client "
-        "(2 cores = 2,000 ms of CPU per second between them)."
-    )
-    print(
-        f"* Salmon: {SALMON_REPORTED:.0f} round trips/s as reported for a comparable machine, "
-        "not measured in this run."
+        "round trips/s: mean ± sd over runs; latencies pooled; CPU per round trip, mean of runs "
+        "(2 cores = 2,000 ms of CPU per second). Ours and the ceiling: one POST per question "
+        "(its 201 carries the next question); Salmon: GET /query + POST /answer."
     )
 
 

@@ -125,7 +125,10 @@ def answer_all(
 def committed_requests(app, engine: Engine) -> Iterator[dict[str, str]]:  # type: ignore[no-untyped-def]
     """Requests get their own sessions that really commit, as on a real server (for races
     and for jobs that read from other processes); yields a researcher's headers."""
+    from sqlalchemy import delete
+
     from app.api.deps import get_db
+    from app.db.models import ApiKey
     from app.services.auth import create_key
 
     def real_session() -> Iterator[Session]:
@@ -134,8 +137,12 @@ def committed_requests(app, engine: Engine) -> Iterator[dict[str, str]]:  # type
 
     app.dependency_overrides[get_db] = real_session
     with Session(engine) as db:
-        _, secret = create_key(db, "researcher", "committed requests")
+        key, secret = create_key(db, "researcher", "committed requests")
+        key_id = key.id
     try:
         yield {"Authorization": f"Bearer {secret}"}
     finally:
         app.dependency_overrides.clear()
+        with Session(engine) as db:  # tests that count keys must not see it
+            db.execute(delete(ApiKey).where(ApiKey.id == key_id))
+            db.commit()

@@ -148,6 +148,16 @@ class Participant(Base):
     # Set when a researcher flags or unflags by hand: automatic checks then leave it alone.
     flag_manual: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # Quality counters, added to by each answer in its transaction (see services/quality):
+    # the automatic review reads them instead of every answer.
+    n_answers: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    gold_answers: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    gold_correct: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    fast_answers: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    left_answers: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    sided_answers: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    repeats: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    consistent_repeats: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class WorkSession(Base):

@@ -103,7 +103,7 @@ def ensure_write(db: Session, *, durable: bool = False) -> None:
     The worker's hot routes start writing before their first read, so that what they read
     is current (on SQLite, read under the write lock) and no read transaction has to end.
     ``durable`` only takes effect when a transaction starts here: a caller that stores
-    answers starts its transaction with it (see ``record_session_answer``).
+    answers starts its transaction with it (see ``answer_and_next``).
     """
     if not writing(db):
         begin_write(db, durable=durable)

@@ -92,3 +92,7 @@ class AnswerRecorded(BaseModel):
     answered: int
     total: int
     done: bool
+    next: NextQuery | None = Field(
+        default=None,
+        description="the session's next question (as GET …/next gives it), or its end",
+    )

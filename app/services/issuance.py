@@ -7,6 +7,7 @@ so two sessions never take the same last question and budgets are never overrun.
 from __future__ import annotations
 
 import secrets
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy import Row, bindparam, exists, func, insert, select, update
+from sqlalchemy.dialects import postgresql as postgresql_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -79,7 +82,13 @@ _EXPIRE_LEASES = (
     .returning(_queries.c.question_id, _queries.c.is_repeat)
 )
 _INSERT_QUERY = insert(_queries).returning(_queries.c.id)
-_INSERT_QUESTION = insert(_questions).returning(_q.id)
+# Both dialects say "INSERT … ON CONFLICT (project_id, key) DO NOTHING RETURNING id".
+_INSERT_NEW_QUESTION = {
+    dialect.__name__.rsplit(".", 1)[-1]: dialect.insert(_questions)
+    .on_conflict_do_nothing(index_elements=[_q.project_id, _q.key])
+    .returning(_q.id)
+    for dialect in (sqlite_dialect, postgresql_dialect)
+}
 _projects = Project.__table__
 # Core, not the unit of work's flush (profiled); ``updated_at`` still follows (onupdate).
 _SAVE_PLAN_PROGRESS = (
@@ -153,30 +162,50 @@ def next_for_session(
     """Authenticate the session and give its next question, in one writing transaction.
 
     Most calls issue a question, so the transaction takes the write lock before its first
-    read: on SQLite what it reads is then current and no read transaction has to end first.
+    read: on SQLite what it reads is then current and no read transaction has to end first;
+    on PostgreSQL the session's and the project's rows are locked as they are read.
     """
     ensure_write(db)
-    work, project = authenticate_session_in_project(db, session_id, authorization)
-    return work, project, next_query(db, project, work)
+    work, project = authenticate_session_in_project(db, session_id, authorization, hold=True)
+    issued = next_query(db, project, work, held=True)
+    db.commit()
+    return work, project, issued
 
 
-def next_query(db: Session, project: Project, work: WorkSession) -> Issued:
-    """The session's open question, or a newly issued one, or the end of the session."""
+def next_query(
+    db: Session,
+    project: Project,
+    work: WorkSession,
+    *,
+    held: bool = False,
+    none_open: bool = False,
+    expire_every: float = 0.0,
+) -> Issued:
+    """The session's open question, or a newly issued one, or the end of the session.
+
+    ``held``: the transaction already holds ``project`` and read ``work`` and ``project``
+    since (see ``authenticate_session_in_project(hold=True)``), so issuing needs no lock.
+    ``none_open``: the session is known to hold no open question. ``expire_every``: free
+    expired leases of the project only if this process has not in that many seconds (leases
+    last minutes; one statement less per question). The caller commits (the question issued
+    is only valid once committed).
+    """
     if work.finished_at is not None:
         return Issued(None, done=True)
-    current = open_query(db, work)
+    current = None if none_open else open_query(db, work)
     if current is not None:
         return Issued(current, objects=query_objects(db, project, current))
     if not project.plan or work.total == 0:
         return Issued(None, done=True, message="This study is not collecting answers right now.")
 
-    _hold_for_issuing(db, project, work)
+    if not held:
+        _hold_for_issuing(db, project, work)
     if work.answered >= work.total:
         finish_session(db, work)
-        db.commit()
         return Issued(None, done=True)
     now = utcnow()
-    expire_leases(db, project, now)
+    if not expire_every or time.monotonic() - _expired_at.get(project.id, -1e9) > expire_every:
+        expire_leases(db, project, now)
     plan = Plan.model_validate(project.plan)
     rng = np.random.default_rng([plan.seed, _session_number(work.id), work.answered, 7])
     question, is_repeat = _repeat_question(db, work, plan, rng)
@@ -189,12 +218,10 @@ def next_query(db: Session, project: Project, work: WorkSession) -> Issued:
         message = EXHAUSTED_MESSAGE
         if work.answered:
             finish_session(db, work)
-        db.commit()
         return Issued(None, done=True, message=message)
 
     query = _issue(db, project, work, question, is_repeat, rng, now, place_taken=created)
     objects = query_objects(db, project, query)
-    db.commit()
     return Issued(query, objects=objects)
 
 
@@ -214,8 +241,12 @@ def _hold_for_issuing(db: Session, project: Project, work: WorkSession) -> None:
     db.refresh(work)
 
 
+_expired_at: dict[int, float] = {}  # project id -> when this process last freed its leases
+
+
 def expire_leases(db: Session, project: Project, now: datetime) -> None:
     """Free the questions whose lease ran out, so someone else may be asked."""
+    _expired_at[project.id] = time.monotonic()
     expired = db.execute(_EXPIRE_LEASES, {"project": project.id, "now": now}).all()
     # Repeats never held a place among a question's wanted answers.
     freed = Counter(question_id for question_id, is_repeat in expired if not is_repeat)
@@ -286,16 +317,18 @@ def _new_question(
             if proposed is None:
                 return None, False
             position, proposal = proposed
-            existing = _detached(
-                Question,
-                db.execute(_QUESTION_BY_KEY, {"project": project.id, "key": proposal.key}).first(),
-            )
-            if existing is None:
-                question = _create_question(db, project, proposal, position, planner, plan)
+            # Usually a new question: created in one statement, unless its key exists.
+            question = _create_question(db, project, proposal, position, planner, plan)
+            if question is not None:
                 if position >= 0:
                     state = {**state, "created": [*state["created"]]}
                     state["created"][position] += 1
                 return question, True
+            existing = _detached(
+                Question,
+                db.execute(_QUESTION_BY_KEY, {"project": project.id, "key": proposal.key}).first(),
+            )
+            assert existing is not None  # the insert found it; issuing holds the project
             seen = db.scalar(
                 _SEEN_QUESTION, {"participant": work.participant_id, "question": existing.id}
             )
@@ -310,7 +343,8 @@ def _new_question(
 
 def _create_question(
     db: Session, project: Project, proposal: Proposal, position: int, planner: Planner, plan: Plan
-) -> Question:
+) -> Question | None:
+    """The question of ``proposal``, inserted now; None if the project has it already."""
     strategy = planner.planned[position].strategy if position >= 0 else planner.gold_source
     wanted = plan.redundancy if strategy is not None and strategy.redundant else 1
     objects = [*proposal.objects, None][:3]
@@ -335,8 +369,9 @@ def _create_question(
     }
     # A Core INSERT, and the row as a detached object: the unit of work's flush costs more
     # than the INSERT (profiled), and nothing changes the question through the ORM.
-    values["id"] = db.execute(_INSERT_QUESTION, values).scalar_one()
-    return Question(**values)
+    insert_new = _INSERT_NEW_QUESTION[db.get_bind().dialect.name]
+    values["id"] = db.execute(insert_new, values).scalar()
+    return None if values["id"] is None else Question(**values)
 
 
 def _issue(

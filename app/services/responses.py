@@ -6,7 +6,7 @@ import math
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import and_, bindparam, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
@@ -14,12 +14,13 @@ from sqlalchemy.orm.attributes import set_committed_value
 from app.db.models import Answer, Project, Query, Question, WorkSession, utcnow
 from app.db.session import ensure_write
 from app.errors import AppError, Conflict, Forbidden, InvalidInput, NotFound
-from app.services.issuance import COUNT_PLACES, finish_session
+from app.services.issuance import COUNT_PLACES, Issued, finish_session, next_for_session, next_query
 from app.services.projects import project_plan
-from app.services.quality import review_participant
-from app.services.sessions import authenticate_session
+from app.services.quality import count_answer, min_answer_ms, review_counts
+from app.services.sessions import authenticate_session_in_project
 
 QUALITY_REVIEW_EVERY = 5
+EXPIRE_LEASES_EVERY = 1.0  # seconds; answering frees expired leases at most this often
 MAX_CLIENT_MS = 24 * 3600 * 1000
 
 
@@ -30,10 +31,23 @@ _sessions = WorkSession.__table__
 # Built once (hot path): Core statements on the tables, so running them costs no ORM
 # bookkeeping (profiled: the unit of work's flush cost more than the INSERT itself).
 # Mark a query answered unless another request did first.
+_queries = Query.__table__
+_q = _queries.c
+_choice = bindparam("choice")
 _CLAIM = (
-    update(Query.__table__)
-    .where(Query.id == bindparam("query"), Query.status == "issued")
+    update(_queries)
+    .where(
+        _q.token == bindparam("given_token"),
+        _q.session_id == bindparam("session"),
+        _q.status == "issued",
+        _q.expires_at > bindparam("now"),
+        or_(
+            and_(_q.kind == "triplet", or_(_q.o2 == _choice, _q.o3 == _choice)),
+            and_(_q.kind != "triplet", _choice.in_((-1, 0, 1))),
+        ),
+    )
     .values(status="answered", answered_at=bindparam("now"))
+    .returning(*_q)
 )
 _QUESTION_FACTS = select(_questions.c.strategy, _questions.c.gold_choice).where(
     _questions.c.id == bindparam("question")
@@ -63,22 +77,48 @@ class Gone(AppError):
     status_code = 410
 
 
-def record_session_answer(
+class TransactionLost(Exception):
+    """The transaction shared with other answers was rolled back (see ``answer_and_next``)."""
+
+
+def answer_and_next(
     db: Session,
     session_id: str,
     authorization: str | None,
     token: str,
     choice: int,
     client_ms: float | None,
-) -> WorkSession:
-    """Authenticate the session and record its answer, in one writing transaction.
+    *,
+    commit: bool = True,
+) -> tuple[WorkSession, Project, Issued]:
+    """Record the session's answer and give its next question, in one durable transaction.
 
-    An answer always writes, so the transaction takes the write lock before its first read:
-    what it reads is current, and no read transaction has to end first.
+    One request per question: the answer's reply carries the next question. The transaction
+    holds the project from its start (SQLite: the write lock; PostgreSQL: the project's row,
+    locked before any other row, the order issuing takes them in), so answering and issuing
+    are serialised per project and the answer is committed, durably, with the issue.
+    ``commit=False`` leaves the commit to the caller, who may record other answers in the
+    same transaction first (group commit: one wait for the disk for them all).
     """
     ensure_write(db, durable=True)
-    work = authenticate_session(db, session_id, authorization)
-    return record_answer(db, work, token, choice, client_ms)
+    transaction = db.get_transaction()
+    work, project = authenticate_session_in_project(db, session_id, authorization, hold=True)
+    work, stored = record_answer(db, work, token, choice, client_ms, project=project, commit=False)
+    if db.get_transaction() is not transaction:
+        # A race with the same token ended the transaction (and its hold): issue anew. Not
+        # in a group: the others' answers went with the transaction, which they must know.
+        if not commit:
+            raise TransactionLost
+        work, project, issued = next_for_session(db, session_id, authorization)
+        return work, project, issued
+    # Having just answered its question, the session holds no other: a session is issued
+    # one at a time, under the same hold.
+    issued = next_query(
+        db, project, work, held=True, none_open=stored, expire_every=EXPIRE_LEASES_EVERY
+    )
+    if commit:
+        db.commit()
+    return work, project, issued
 
 
 def record_answer(
@@ -87,36 +127,32 @@ def record_answer(
     token: str,
     choice: int,
     client_ms: float | None,
-) -> WorkSession:
+    *,
+    project: Project | None = None,
+    commit: bool = True,
+) -> tuple[WorkSession, bool]:
     """Store the answer to the query ``token``; a repeat of the same answer stores nothing.
 
-    The answer is committed before this returns.
+    Returns the session and whether the answer was stored now. The answer is committed
+    before this returns, unless ``commit`` is false: then the caller commits the
+    transaction (durable, see :func:`answer_and_next`). ``project``: ``work``'s project, if
+    already read.
     """
     if client_ms is not None and (
         not math.isfinite(client_ms) or not 0 <= client_ms <= MAX_CLIENT_MS
     ):
         raise InvalidInput(f"client_ms must be between 0 and {MAX_CLIENT_MS}, got {client_ms}")
-    query = db.scalar(select(Query).where(Query.token == token))
-    if query is None:
-        raise NotFound("unknown question token")
-    if query.session_id != work.id:
-        raise Forbidden("this question token belongs to another session")
-    if query.status == "answered":
-        return _same_or_conflict(db, query, choice, work)
-    if query.status == "expired" or query.expires_at <= utcnow():
-        raise Gone("this question's lease expired; ask for the next question")
-    position = _position(query, choice)
-
     ensure_write(db, durable=True)  # the answer's commit waits for the disk (begin_write)
     now = utcnow()
-    claimed = db.execute(_CLAIM, {"query": query.id, "now": now}).rowcount
-    if not claimed:
-        # Another request with this token won the race (or the lease just ended).
-        db.rollback()
-        db.refresh(query)
-        if query.status == "answered":
-            return _same_or_conflict(db, query, choice, work)
-        raise Gone("this question's lease expired; ask for the next question")
+    # The usual case in one statement: this session's question, still leased, and a choice it
+    # offered, marked answered (unless another request did first). Otherwise, find out why.
+    row = db.execute(
+        _CLAIM, {"given_token": token, "session": work.id, "now": now, "choice": choice}
+    ).first()
+    if row is None:
+        return _not_claimed(db, work, token, choice), False
+    query = Query(**row._mapping)  # read only, never added to the session
+    position = _position(query, choice)
 
     if query.is_repeat:  # a repeat never held a place among the question's wanted answers
         strategy, gold_choice = db.execute(_QUESTION_FACTS, {"question": query.question_id}).one()
@@ -129,23 +165,39 @@ def record_answer(
         answer["consistent"] = _agrees_with_first_answer(db, work, query, answer)
     try:
         db.execute(_INSERT_ANSWER, answer)
-    except IntegrityError:
+    except IntegrityError:  # another request stored an answer to this query first
         db.rollback()
-        db.refresh(query)
-        return _same_or_conflict(db, query, choice, work)
+        return _not_claimed(db, work, token, choice), False
     answered = db.execute(_COUNT_SESSION_ANSWER, {"session": work.id}).scalar_one()
     set_committed_value(work, "answered", answered)
     if work.answered >= work.total:
         finish_session(db, work)
+    project = project or db.get(Project, work.project_id)
+    assert project is not None  # a foreign key guarantees it
+    counts = count_answer(db, work.participant_id, answer, min_answer_ms(project))
     if work.finished_at is not None or work.answered % QUALITY_REVIEW_EVERY == 0:
-        # Only now is the project read: most answers need nothing from it.
-        project = db.get(Project, work.project_id)
-        assert project is not None  # a foreign key guarantees it
         plan = project_plan(project)
         if plan is not None:
-            review_participant(db, project, work.participant_id, plan)
-    db.commit()
-    return work
+            review_counts(db, counts, plan)
+    if commit:
+        db.commit()
+    return work, True
+
+
+def _not_claimed(db: Session, work: WorkSession, token: str, choice: int) -> WorkSession:
+    """Why the answer to ``token`` was not taken: the same answer again (harmless: the
+    session as it is), or an error that names the reason."""
+    query = db.scalar(select(Query).where(Query.token == token))
+    if query is None:
+        raise NotFound("unknown question token")
+    if query.session_id != work.id:
+        raise Forbidden("this question token belongs to another session")
+    if query.status == "answered":
+        return _same_or_conflict(db, query, choice, work)
+    if query.status == "expired" or query.expires_at <= utcnow():
+        raise Gone("this question's lease expired; ask for the next question")
+    _position(query, choice)  # names what is wrong with the choice
+    raise Gone("this question's lease just ended; ask for the next question")
 
 
 def _position(query: Query, choice: int) -> int:

@@ -165,12 +165,24 @@ _SESSION_IN_PROJECT = (
 )
 
 
+# PostgreSQL: both rows locked as they are read, the session's then the project's (one
+# order for every transaction that takes both: no deadlock); a locked row is read as
+# committed last (READ COMMITTED re-reads it once the lock is granted), so both are current.
+_SESSION_IN_PROJECT_HELD = _SESSION_IN_PROJECT.with_for_update(of=[WorkSession, Project])
+
+
 def authenticate_session_in_project(
-    db: Session, session_id: str, authorization: str | None
+    db: Session, session_id: str, authorization: str | None, *, hold: bool = False
 ) -> tuple[WorkSession, Project]:
-    """:func:`authenticate_session` and the session's project, read in one statement."""
+    """:func:`authenticate_session` and the session's project, read in one statement.
+
+    ``hold``: in a writing transaction, hold the project (and the session) until commit, so
+    that what follows is serialised per project (as issuing is): on SQLite the write lock
+    held already does it, on PostgreSQL the statement locks both rows.
+    """
     token = _bearer(authorization)
-    row = db.execute(_SESSION_IN_PROJECT, {"session": session_id}).first()
+    statement = _SESSION_IN_PROJECT_HELD if hold else _SESSION_IN_PROJECT
+    row = db.execute(statement, {"session": session_id}).first()
     work = _check_token(row[0] if row else None, session_id, token)
     return work, row[1]
 

@@ -422,31 +422,37 @@
 
   const LOADING_TEXT = "Loading the next question…";
 
-  async function loadNext() {
+  // `next`: the next question as the answer's reply carried it (one request per question);
+  // without it (on load, on resume, after a refused answer) it is asked for.
+  async function loadNext(next) {
     setBusy(true);
     // Say so when the next question is slow to arrive (a slow line, large images).
     const slow = window.setTimeout(() => {
       if (!$("status").textContent) setStatus(LOADING_TEXT);
     }, 1500);
     try {
-      await showNext();
+      await showNext(next);
     } finally {
       window.clearTimeout(slow);
       if ($("status").textContent === LOADING_TEXT) setStatus("");
     }
   }
 
-  async function showNext() {
-    const result = await request("GET", sessionUrl("next"), undefined, {
-      what: "Your answers so far are saved.",
-    });
-    if (result.status === 401 || result.status === 403) return showSuperseded();
-    if (result.status !== 200) {
-      const text = detail(result, "The next question could not be loaded.");
-      return showProblem(text, "Try again", loadNext);
+  async function showNext(next) {
+    let data = next && typeof next === "object" && ("query" in next || "done" in next) ? next : null;
+    if (!data) {
+      const result = await request("GET", sessionUrl("next"), undefined, {
+        what: "Your answers so far are saved.",
+      });
+      if (result.status === 401 || result.status === 403) return showSuperseded();
+      if (result.status !== 200) {
+        const text = detail(result, "The next question could not be loaded.");
+        return showProblem(text, "Try again", () => loadNext());
+      }
+      data = result.data;
     }
-    if (result.data.done) return showDone(result.data);
-    const query = result.data.query;
+    if (data.done) return showDone(data);
+    const query = data.query;
     if (query.total) state.total = Number(query.total);
     const content = await buildQuestion(query);
     state.query = query;
@@ -475,16 +481,18 @@
       { what: "Your answer is kept and will count once." },
     );
     if (result.status === 401 || result.status === 403) return showSuperseded();
+    let next = null;
     if (result.status === 200 || result.status === 201) {
       state.answered = Number(result.data.answered);
       if (result.data.total) state.total = Number(result.data.total);
+      next = result.data.next || null;
       updateProgress();
     } else if (result.status !== 409) {
       // e.g. the question expired: say so, then show whatever the server asks next.
       flashStatus(detail(result, "That answer was not accepted."), "warn");
     }
     state.query = null;
-    await loadNext();
+    await loadNext(next);
   }
 
   function safeUrl(url) {

@@ -79,3 +79,32 @@ def test_gold_accuracy(client, auth_headers, project):
     row = participants(client, auth_headers)[0]
     assert row["gold_answers"] == 3
     assert row["gold_accuracy"] == pytest.approx(right / 3)
+
+
+def test_counters_on_the_participant_row_match_the_answers(client, auth_headers, project, db):
+    """The automatic review reads counters kept as answers arrive; they must say what the
+    answers say (the researcher's figures are counted from the answers themselves)."""
+    from sqlalchemy import select
+
+    from app.db.models import Participant
+    from app.services.quality import quality_of
+
+    set_plan(
+        client, auth_headers, "qc", queries_per_session=40, min_answer_ms=500,
+        gold_rate=0.2, repeat_rate=0.3,
+        quality={"min_answers": 5, "max_fast_share": 0.3, "max_position_bias": 1.0},
+    )  # fmt: skip
+    for name, ms in (("steady", 2000), ("mixed", 450), ("hasty", 100)):
+        session_id, headers = open_session(client, "qc", participant=name)
+        answer_all(client, session_id, headers, ms=ms)
+    rows = participants(client, auth_headers)
+    assert {r["external_id"] for r in rows} == {"steady", "mixed", "hasty"}
+    for row in rows:
+        stored = db.scalars(select(Participant).where(Participant.id == row["id"])).one()
+        counted = quality_of(stored).as_dict()
+        for field in ("platform", "external_id"):
+            counted[field] = row[field]
+        assert counted == row
+    assert sum(r["repeats"] for r in rows) > 0 and sum(r["gold_answers"] for r in rows) > 0
+    reasons = {r["external_id"]: r["flag_reason"] for r in rows}
+    assert "too fast" in reasons["hasty"] and "too fast" not in reasons["steady"]

@@ -145,8 +145,27 @@ def test_resending_the_same_answer_stores_it_once(client, project, db):
     first = answer(client, session_id, headers, query["token"], choice)
     second = answer(client, session_id, headers, query["token"], choice)
     assert first.status_code == second.status_code == 201
-    assert first.json() == second.json() == {"answered": 1, "total": 5, "done": False}
+    assert first.json() == second.json()
+    body = first.json()
+    assert (body["answered"], body["total"], body["done"]) == (1, 5, False)
+    # The reply carries the next question, the one GET …/next now gives, not yet answered.
+    assert body["next"]["query"]["token"] != query["token"]
+    assert body["next"] == next_query(client, session_id, headers)
+    assert body["next"]["query"]["position"] == 2
     assert stored_answers(db) == 1
+
+
+def test_the_last_answer_carries_the_end_of_the_session(client, project, db):
+    session_id, headers = open_session(client, "crowd")
+    body = next_query(client, session_id, headers)
+    for _ in range(5):
+        query = body["query"]
+        response = answer(client, session_id, headers, query["token"], first_choice(query))
+        assert response.status_code == 201, response.text
+        body = response.json()["next"]
+    assert response.json()["done"] is True and body["done"] is True
+    assert body["completion_code"] == next_query(client, session_id, headers)["completion_code"]
+    assert stored_answers(db) == 5
 
 
 def test_different_choice_for_an_answered_token_is_409(client, project, db):

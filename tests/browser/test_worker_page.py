@@ -80,6 +80,8 @@ IMAGES = [(f"shape-{i}.png", png(COLORS[i % 5], i)) for i in range(6)]
 def test_worker_answers_triplets_by_keyboard_and_pairs_by_click(server: Server, page: Any):
     rng = random.Random(5)
     triplets = server.project(TEXT_OBJECTS, plan=plan("random", 20))
+    asked = []  # GET …/next: once on load; then each answer's reply carries the next question
+    page.on("request", lambda r: asked.append(r.url) if r.url.endswith("/next") else None)
     shown = start(page, server.page_url(triplets, "participant=kb-worker"))
     chosen = []
     for number in range(1, 21):
@@ -94,6 +96,7 @@ def test_worker_answers_triplets_by_keyboard_and_pairs_by_click(server: Server, 
             chosen.append((anchor, right, left))
         shown = wait_ready(page, shown["token"])
     assert shown is None, "the session should be finished after 20 answers"
+    assert len(asked) == 1, asked
     code = page.text_content("#completion-code").strip()
     assert code and page.is_visible("#completion-code")
     assert progress(page) == (20, 20)

@@ -1,0 +1,108 @@
+"""Group commit: answers arriving together are recorded in one transaction, each in its own
+savepoint, so a refused answer changes nothing and the others are all kept."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import httpx
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
+
+from app.api import worker
+from app.db.models import Answer, Project, Query, WorkSession
+from tests.factories import (
+    committed_requests,
+    first_choice,
+    make_objects,
+    make_project,
+    next_query,
+    open_session,
+    set_plan,
+)
+
+Post = tuple[str, dict, dict]  # url, body, headers
+
+
+async def together(http: httpx.AsyncClient, posts: list[Post]) -> list[httpx.Response]:
+    """The posts sent at once to the app, in one event loop (as on a server)."""
+    return list(await asyncio.gather(*(http.post(u, json=b, headers=h) for u, b, h in posts)))
+
+
+def sent_token(response: httpx.Response) -> str:
+    return json.loads(response.request.content)["token"]
+
+
+def test_answers_arriving_together_are_grouped_and_each_kept_or_refused_alone(
+    app, engine: Engine, monkeypatch
+) -> None:
+    slug = f"group-{uuid.uuid4().hex[:8]}"
+    sizes: list[int] = []
+    record_group = worker._record_group
+
+    def counting(db, answers):  # type: ignore[no-untyped-def]
+        sizes.append(len(answers))
+        return record_group(db, answers)
+
+    monkeypatch.setattr(worker, "_record_group", counting)
+    with committed_requests(app, engine) as headers, TestClient(app) as client:
+        make_project(client, headers, slug)
+        make_objects(client, headers, slug, 30)
+        set_plan(client, headers, slug, queries_per_session=20, gold_rate=0)
+        sessions = [open_session(client, slug, participant=f"w{i}") for i in range(8)]
+        shown = [next_query(client, s, h)["query"] for s, h in sessions]
+
+        def post(i: int, token: str, choice: int) -> Post:
+            session_id, session_headers = sessions[i]
+            url = f"/api/w/sessions/{session_id}/answers"
+            return url, {"token": token, "choice": choice, "client_ms": 900}, session_headers
+
+        async def two_rounds() -> tuple[list[httpx.Response], list[httpx.Response]]:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+                # Round 1: every session answers (on PostgreSQL each alone: a group holds one
+                # project, and the sessions' project is not known yet).
+                first = await together(
+                    http, [post(i, q["token"], first_choice(q)) for i, q in enumerate(shown)]
+                )
+                nxt = [r.json()["next"]["query"] for r in first]
+                offered = {o["index"] for o in nxt[6]["objects"]}
+                not_offered = next(i for i in range(30) if i not in offered)
+                # Round 2: six good answers, a resend of one of them, a choice that was not
+                # offered, another session's token and an unknown token.
+                posts = [post(i, nxt[i]["token"], first_choice(nxt[i])) for i in range(6)]
+                posts.append(post(0, nxt[0]["token"], first_choice(nxt[0])))
+                posts.append(post(6, nxt[6]["token"], not_offered))
+                posts.append(post(7, nxt[6]["token"], first_choice(nxt[6])))
+                posts.append(post(7, "no-such-token", 0))
+                return first, await together(http, posts)
+
+        first, second = asyncio.run(two_rounds())
+        assert [r.status_code for r in first] == [201] * 8, [r.text for r in first]
+        assert [r.status_code for r in second] == [201] * 7 + [422, 403, 404], [
+            r.text for r in second
+        ]
+        assert "not one of the candidates" in second[7].json()["detail"]
+        assert "another session" in second[8].json()["detail"]
+        assert second[6].json() == second[0].json()  # the resend gets the same reply
+        assert all(r.json()["next"]["query"]["position"] == 3 for r in second[:6])
+        assert max(sizes) > 1, sizes  # some answers were recorded in one group
+
+        with Session(engine) as db:
+            project_id = db.scalar(select(Project.id).where(Project.slug == slug))
+            n_answers = db.scalar(
+                select(func.count()).select_from(Answer).where(Answer.project_id == project_id)
+            )
+            answered = db.scalars(
+                select(WorkSession.answered).where(WorkSession.project_id == project_id)
+            ).all()
+            refused_status = db.scalar(
+                select(Query.status).where(Query.token == sent_token(second[7]))
+            )
+        assert n_answers == 8 + 6
+        assert sorted(answered) == [1, 1, 2, 2, 2, 2, 2, 2]
+        assert refused_status == "issued"  # the refused answers changed nothing
+        client.delete(f"/api/projects/{slug}?force=true", headers=headers)
