@@ -62,10 +62,9 @@ def test_a_landed_model_feeds_the_workers_questions(
     # Before any model the strategy asks random questions.
     session_id, worker = open_session(client, study.slug)
     first = next_query(client, session_id, worker)["query"]
-    assert (
-        answer(client, session_id, worker, first["token"], first["objects"][1]["index"]).status_code
-        == 201
-    )
+    response = answer(client, session_id, worker, first["token"], first["objects"][1]["index"])
+    assert response.status_code == 201
+    reply = response.json()
 
     runner.tick()  # 31 triplet answers ≥ refresh_every: a refit is queued
     jobs = [j for j in _jobs(engine, study.slug) if j.trigger == "adaptive"]
@@ -80,7 +79,17 @@ def test_a_landed_model_feeds_the_workers_questions(
     assert len(state["batch"]) > 0
     batch = state["batch"]
 
-    # The worker's next questions are the batch's, in order, without any scoring on the way.
+    # The answer's reply already leased the session's next question (a random one, before
+    # the model): it is answered first. Then the questions are the batch's, in order, without
+    # any scoring on the way.
+    leased = next_query(client, session_id, worker)["query"]
+    assert leased["token"] == reply["next"]["query"]["token"]
+    assert (
+        answer(
+            client, session_id, worker, leased["token"], leased["objects"][1]["index"]
+        ).status_code
+        == 201
+    )
     asked = []
     for _ in range(3):
         query = next_query(client, session_id, worker)["query"]
@@ -102,6 +111,7 @@ def test_a_landed_model_feeds_the_workers_questions(
     expected = [[row[0], *sorted(row[1:])] for row in batch[:3]]
     assert shown == expected, (shown, expected, _state(engine, study.slug))
     assert len(scored) >= 3
-    assert _state(engine, study.slug)["strategies"][0]["next"] == 3
+    # The third answer's reply leased the batch's fourth question.
+    assert _state(engine, study.slug)["strategies"][0]["next"] == 4
     with Session(engine) as db:
         assert db.get(Model, done["model_id"]).kind == model_kind
