@@ -292,7 +292,7 @@ def scatter(db: Session, project: Project, objects: list[Object]) -> dict | None
     if model is None:
         return None
     try:
-        points = _once(model, "xy", lambda: model_service.kernel_embedding(model, 2))
+        points = _once(model, "xy", lambda: model_service.serve(db, model, "embedding", dims=2))
     except AppError as error:  # e.g. a 3-d embedding: say so instead of plotting
         return {"model": model, "points": [], "note": error.detail}
     limit = min(len(points), len(objects), SCATTER_LIMIT)
@@ -310,7 +310,7 @@ def gallery(db: Session, project: Project) -> dict | None:
         return None
     try:
         predictions = _once(
-            model, "predictions", lambda: model_service.tripletboost_predictions(db, model, None)
+            model, "predictions", lambda: model_service.serve(db, model, "predictions")
         )
     except (AppError, ValueError, IndexError):
         # Objects were added after this model was trained: it cannot speak for them.
@@ -326,7 +326,7 @@ def ranking(db: Session, project: Project) -> dict | None:
     model = _latest(db, project, ("svmcompare",))
     if model is None:
         return None
-    rows = _once(model, "ranking", lambda: model_service.ranking(db, model))
+    rows = _once(model, "ranking", lambda: model_service.serve(db, model, "ranking"))
     return {"model": model, "rows": rows[:RANKING_LIMIT], "total": len(rows)}
 
 
