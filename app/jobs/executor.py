@@ -45,7 +45,18 @@ class ProcessExecutor:
             return self._pool.submit(fn, *args)
 
     def shutdown(self) -> None:
+        """Stop the pool and its processes now: a job still running is killed (its runner
+        re-queues it), so no process outlives the server."""
+        processes = list((self._pool._processes or {}).values())
         self._pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+        for process in processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=5)
 
 
 class DaskExecutor:
@@ -63,7 +74,8 @@ class DaskExecutor:
         return self.client.submit(fn, *args, pure=False)
 
     def shutdown(self) -> None:
-        self.client.close()
+        """Close the client; tasks it submitted are released (the runner re-queues their jobs)."""
+        self.client.close(timeout=10)
 
 
 def make_executor(workers: int, dask_scheduler: str = "") -> Executor:

@@ -171,6 +171,9 @@ def next_query(db: Session, project: Project, work: WorkSession) -> Issued:
         return Issued(None, done=True, message="This study is not collecting answers right now.")
 
     _hold_for_issuing(db, project, work)
+    if not project.plan:  # the plan was removed (or the project is being deleted) meanwhile
+        db.commit()
+        return Issued(None, done=True, message="This study is not collecting answers right now.")
     if work.answered >= work.total:
         finish_session(db, work)
         db.commit()

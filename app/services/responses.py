@@ -113,6 +113,9 @@ def record_answer(
     if not claimed:
         # Another request with this token won the race (or the lease just ended).
         db.rollback()
+        if db.scalar(select(Query.id).where(Query.id == query.id)) is None:
+            # Deleted with its project while this request waited for the row.
+            raise NotFound("unknown question token")
         db.refresh(query)
         if query.status == "answered":
             return _same_or_conflict(db, query, choice, work)
