@@ -123,11 +123,12 @@ class Server:
         assert self.process is not None
         return psutil.Process(self.process.pid).children(recursive=True)
 
-    def terminate(self, timeout: float = 30.0) -> int:
-        """SIGTERM, as a service manager stops it; the exit status."""
+    def terminate(self, timeout: float = 30.0) -> bool:
+        """SIGTERM, as a service manager stops it; whether it exited cleanly (uvicorn shuts
+        down, then raises the signal again: the status is -SIGTERM or 0)."""
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=timeout)
+        return self.process.wait(timeout=timeout) in (0, -signal.SIGTERM)
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs."""
