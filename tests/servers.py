@@ -88,10 +88,11 @@ class Server:
             "TRIPLETLAB_DEMO": "false",
             "TRIPLETLAB_RUN_JOBS": "false",
             "TRIPLETLAB_SECRET_KEY": "lifecycle-tests",
+            "PYTHONUNBUFFERED": "1",
             **self.env_extra,
         }
 
-    def start(self, timeout: float = 60.0) -> Server:
+    def start(self, timeout: float = 180.0) -> Server:
         self.log_path = self.data_dir / f"serve-{self.port}-{uuid.uuid4().hex[:6]}.log"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("w") as out:
@@ -106,7 +107,7 @@ class Server:
             if self.process.poll() is not None:
                 pytest.fail(f"server exited: {self.log_path.read_text()}")
             try:
-                if httpx.get(f"{self.base}/api/w/-", timeout=1).status_code == 404:
+                if httpx.get(f"{self.base}/api/w/-", timeout=10).status_code == 404:
                     break
             except httpx.TransportError:
                 time.sleep(0.2)
