@@ -15,6 +15,9 @@ from typing import Any, Protocol
 
 class Executor(Protocol):
     name: str
+    # Whether shutdown() stops the jobs it was running (their runner re-queues them), or
+    # they go on without this process (a Dask cluster: the job records its own outcome).
+    stops_jobs_on_shutdown: bool
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Any: ...
 
@@ -25,6 +28,7 @@ class ProcessExecutor:
     """A pool of worker processes, started with ``spawn`` so no thread state is inherited."""
 
     name = "process pool"
+    stops_jobs_on_shutdown = True
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
@@ -63,6 +67,7 @@ class DaskExecutor:
     """Jobs as tasks on a Dask distributed cluster (``TRIPLETLAB_DASK_SCHEDULER``)."""
 
     name = "dask"
+    stops_jobs_on_shutdown = False
 
     def __init__(self, address: str) -> None:
         from distributed import Client
@@ -74,7 +79,8 @@ class DaskExecutor:
         return self.client.submit(fn, *args, pure=False)
 
     def shutdown(self) -> None:
-        """Close the client; tasks it submitted are released (the runner re-queues their jobs)."""
+        """Close the client. A job already running on the cluster goes on there and records
+        its own outcome (if its worker dies, its heartbeat stops and the job is re-queued)."""
         self.client.close(timeout=10)
 
 

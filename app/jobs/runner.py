@@ -50,13 +50,14 @@ class JobRunner:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop claiming jobs, end the executor's processes (or Dask client) and put the
-        jobs this process was running back in the queue, for the next server to run."""
+        """Stop claiming jobs and end the executor's processes (or close the Dask client). Jobs
+        the pool was running are put back in the queue for the next server; jobs on a Dask
+        cluster go on there."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
         self.executor.shutdown()
-        if self.running:
+        if self.running and self.executor.stops_jobs_on_shutdown:
             with self._sessions() as db:
                 job_service.requeue(db, list(self.running), "re-queued: the server stopped")
             self.running.clear()

@@ -109,11 +109,12 @@ def record_answer(
 
     ensure_write(db, durable=True)  # the answer's commit waits for the disk (begin_write)
     now = utcnow()
-    claimed = db.execute(_CLAIM, {"query": query.id, "now": now}).rowcount
+    query_id = query.id
+    claimed = db.execute(_CLAIM, {"query": query_id, "now": now}).rowcount
     if not claimed:
         # Another request with this token won the race (or the lease just ended).
-        db.rollback()
-        if db.scalar(select(Query.id).where(Query.id == query.id)) is None:
+        db.rollback()  # expires ``query``: its id was kept before
+        if db.scalar(select(Query.id).where(Query.id == query_id)) is None:
             # Deleted with its project while this request waited for the row.
             raise NotFound("unknown question token")
         db.refresh(query)

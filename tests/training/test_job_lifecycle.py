@@ -18,6 +18,7 @@ class PendingExecutor:
     """Takes jobs and never finishes them: a job that is still training."""
 
     name = "pending"
+    stops_jobs_on_shutdown = True
 
     def __init__(self) -> None:
         self.futures: list[Future] = []
