@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -94,6 +95,47 @@ def keys_revoke(
             typer.echo(f"error: {error.detail}", err=True)
             raise typer.Exit(2) from error
     typer.echo(f"revoked {key.role} key #{key.id} ({key.prefix}…) {key.name}".rstrip())
+
+
+@app.command()
+def backup(
+    path: Annotated[Path, typer.Argument(help="File to write the backup to.")],
+) -> None:
+    """Back up the database to PATH while the service runs (SQLite: online backup API;
+    PostgreSQL: pg_dump's custom format). Media files are not in it: copy the data directory."""
+    from app.services.backup import BackupError
+    from app.services.backup import backup as run_backup
+
+    try:
+        kind = run_backup(get_settings().database_url, path)
+    except BackupError as error:
+        typer.echo(f"error: {error.detail}", err=True)
+        raise typer.Exit(2) from error
+    typer.echo(f"backed up to {path} ({kind}, {path.stat().st_size:,} bytes)")
+
+
+@app.command()
+def restore(
+    path: Annotated[Path, typer.Argument(help="A file written by `tripletlab backup`.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Replace every table of the database by the backup at PATH (in one transaction), then
+    apply the migrations."""
+    from sqlalchemy.engine import make_url
+
+    from app.services.backup import BackupError
+    from app.services.backup import restore as run_restore
+
+    url = get_settings().database_url
+    shown = make_url(url).render_as_string(hide_password=True)
+    if not yes:
+        typer.confirm(f"Replace everything in {shown} by {path}?", abort=True)
+    try:
+        run_restore(url, path)
+    except BackupError as error:
+        typer.echo(f"error: {error.detail}", err=True)
+        raise typer.Exit(2) from error
+    typer.echo(f"restored {path} into {shown}")
 
 
 @app.command()

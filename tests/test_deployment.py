@@ -29,32 +29,100 @@ def test_dockerfile_runs_as_non_root_and_serves():
     assert re.search(r"^EXPOSE 8000$", text, re.M)
 
 
-def test_compose_matches_dockerfile_and_settings():
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    app, db = compose["services"]["app"], compose["services"]["db"]
-    env = app["environment"]
-    settings_fields = {f"TRIPLETLAB_{name.upper()}" for name in Settings.model_fields}
-    assert set(env) <= settings_fields, set(env) - settings_fields
+def compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
+
+def command_of(service: dict) -> list[str]:
+    """What the container runs: its entrypoint (the image's, ``tripletlab``, by default)
+    followed by its command."""
+    return list(service.get("entrypoint", ["tripletlab"])) + list(service.get("command", []))
+
+
+def test_compose_matches_dockerfile_and_settings():
+    spec = compose()
+    services = spec["services"]
+    db = services["db"]
+    settings_fields = {f"TRIPLETLAB_{name.upper()}" for name in Settings.model_fields}
+    # Every TRIPLETLAB_ variable any service sets is a real setting, with a valid value.
+    for name, service in services.items():
+        env = {k: v for k, v in (service.get("environment") or {}).items()}
+        tripletlab_env = {k for k in env if k.startswith("TRIPLETLAB_")}
+        assert tripletlab_env <= settings_fields, (name, tripletlab_env - settings_fields)
+        plain = {
+            k.removeprefix("TRIPLETLAB_").lower(): v
+            for k, v in env.items()
+            if k.startswith("TRIPLETLAB_") and "${" not in str(v)
+        }
+        Settings.model_validate(plain)  # raises on a value the settings refuse
+
+    app = services["app"]
+    env = app["environment"]
     url = make_url(env["TRIPLETLAB_DATABASE_URL"])
     assert url.drivername == "postgresql+psycopg"
     assert url.host == "db"
     assert url.username == db["environment"]["POSTGRES_USER"]
     assert url.password == db["environment"]["POSTGRES_PASSWORD"]
     assert url.database == db["environment"]["POSTGRES_DB"]
+    assert any(v.endswith(":/var/lib/postgresql/data") for v in db["volumes"])
+    assert "pg_isready" in " ".join(db["healthcheck"]["test"])
 
+    # Several app replicas share one secret (completion codes), the media volume and the
+    # Dask scheduler; the image is the Dockerfile's.
+    assert app["deploy"]["replicas"] >= 2
+    assert env["TRIPLETLAB_SECRET_KEY"].startswith("${TRIPLETLAB_SECRET_KEY:?")
+    assert command_of(app) == ["tripletlab", "serve"]
     port = env["TRIPLETLAB_PORT"]
     assert port == dockerfile_env()["TRIPLETLAB_PORT"]
-    assert f"{port}:{port}" in app["ports"] or any(p.endswith(f":{port}") for p in app["ports"])
-
+    assert port in [str(p) for p in app["expose"]]
+    assert "ports" not in app  # reached through the proxy only
     data_dir = env["TRIPLETLAB_DATA_DIR"]
     assert data_dir == dockerfile_env()["TRIPLETLAB_DATA_DIR"]
-    volume_names = {v.split(":")[0] for v in app["volumes"]}
     assert any(v.endswith(f":{data_dir}") for v in app["volumes"])
-    assert volume_names <= set(compose["volumes"])
-    assert any(v.endswith(":/var/lib/postgresql/data") for v in db["volumes"])
-
-    assert app["depends_on"]["db"]["condition"] == "service_healthy"
-    assert "pg_isready" in " ".join(db["healthcheck"]["test"])
+    assert {v.split(":")[0] for v in app["volumes"]} <= set(spec["volumes"])
     assert app["image"].startswith("tripletlab")
-    assert app.get("build") == "."
+
+    # Migrations run once, before the replicas, from the image built here.
+    migrate = services["migrate"]
+    assert migrate.get("build") == "."
+    assert command_of(migrate) == ["tripletlab", "db", "upgrade"]
+    assert migrate["environment"]["TRIPLETLAB_DATABASE_URL"] == env["TRIPLETLAB_DATABASE_URL"]
+    assert migrate["depends_on"]["db"]["condition"] == "service_healthy"
+    assert app["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+
+
+def test_compose_runs_training_on_a_dask_cluster():
+    services = compose()["services"]
+    app, scheduler, worker = services["app"], services["scheduler"], services["dask-worker"]
+    address = make_url(app["environment"]["TRIPLETLAB_DASK_SCHEDULER"].replace("tcp", "http"))
+    assert command_of(scheduler)[:2] == ["dask", "scheduler"]
+    scheduler_port = command_of(scheduler)[command_of(scheduler).index("--port") + 1]
+    assert (address.host, str(address.port)) == ("scheduler", scheduler_port)
+    run = command_of(worker)
+    assert run[:2] == ["dask", "worker"]
+    assert run[2] == app["environment"]["TRIPLETLAB_DASK_SCHEDULER"]
+    assert run[run.index("--nthreads") + 1] == "1"
+    assert worker["deploy"]["replicas"] >= 2
+    # Jobs open the database from the worker: it needs the same URL as the app.
+    assert (
+        worker["environment"]["TRIPLETLAB_DATABASE_URL"]
+        == app["environment"]["TRIPLETLAB_DATABASE_URL"]
+    )
+    for service in (scheduler, worker):
+        assert service["image"] == app["image"]  # the same code on every machine
+
+
+def test_proxy_spreads_requests_over_the_app_replicas():
+    services = compose()["services"]
+    proxy, app = services["proxy"], services["app"]
+    mounted = {v.split(":")[1]: v.split(":")[0] for v in proxy["volumes"]}
+    config_path = mounted["/etc/nginx/conf.d/default.conf"]
+    conf = (ROOT / config_path).read_text()
+    upstream = re.search(r"upstream (\w+) \{(.+?)\}", conf, re.S)
+    assert re.search(rf"server app:{app['environment']['TRIPLETLAB_PORT']};", upstream.group(2))
+    assert f"proxy_pass http://{upstream.group(1)};" in conf
+    listen = re.search(r"listen (\d+);", conf).group(1)
+    assert any(p.endswith(f":{listen}") for p in proxy["ports"])
+    body_mb = int(re.search(r"client_max_body_size (\d+)m;", conf).group(1))
+    assert body_mb >= Settings.model_fields["max_upload_mb"].default
+    assert proxy["depends_on"] == ["app"]

@@ -283,6 +283,8 @@ class Answer(Base):
 
 class Job(Base):
     __tablename__ = "jobs"
+    # SQLite: never reuse the id of a deleted job (it names the job in the API).
+    __table_args__ = {"sqlite_autoincrement": True}
 
     id: Mapped[int] = mapped_column(primary_key=True)
     project_id: Mapped[int] = mapped_column(
@@ -306,7 +308,10 @@ class Job(Base):
 
 class Model(Base):
     __tablename__ = "models"
-    __table_args__ = (UniqueConstraint("project_id", "kind", "version"),)
+    __table_args__ = (
+        UniqueConstraint("project_id", "kind", "version"),
+        {"sqlite_autoincrement": True},  # never reuse a deleted model's id (see Job)
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     project_id: Mapped[int] = mapped_column(

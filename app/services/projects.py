@@ -8,7 +8,18 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from app.config import get_settings
-from app.db.models import Answer, ApiKey, Participant, Project
+from app.db.models import (
+    Answer,
+    ApiKey,
+    Job,
+    Model,
+    Object,
+    Participant,
+    Project,
+    Query,
+    Question,
+    WorkSession,
+)
 from app.db.session import begin_write
 from app.errors import Conflict, NotFound
 from app.schemas.plans import Plan
@@ -95,7 +106,18 @@ def project_stats(db: Session, project: Project) -> ProjectStats:
 
 
 def delete_project(db: Session, project: Project, *, force: bool) -> None:
-    """Delete a project and everything in it; refuse while it holds answers unless forced."""
+    """Delete a project and everything in it; refuse while it holds answers unless forced.
+
+    Safe while workers answer (issue 13, item 5). First the project stops issuing: its plan
+    is removed in a transaction of its own, which waits for the requests issuing under the
+    project's row lock, and every later one finds no plan and issues nothing. Then one
+    transaction deletes the project's rows table by table in the order a worker's answer
+    locks them (its query, its question, its session, and the project's row last, through
+    the answer's foreign key), so the deletion and an answer wait for each other at most
+    once and never in a cycle: on PostgreSQL, deleting the project's row first (cascading
+    from it) deadlocked with answers under load. Workers then get 404 (no session, unknown
+    token) instead of a lock error.
+    """
     lock_project(db, project)
     counts = count_answers(db, project)
     n_answers = counts["triplet"] + counts["pair"]
@@ -104,11 +126,23 @@ def delete_project(db: Session, project: Project, *, force: bool) -> None:
             f"project {project.slug!r} holds {n_answers} answers; export them first, "
             "then delete with ?force=true"
         )
-    slug = project.slug
-    # Answers first: they are the big table, and deleting them in bulk avoids
-    # relying on the ORM to cascade millions of rows.
-    db.execute(delete(Answer).where(Answer.project_id == project.id))
-    db.delete(project)
+    slug, project_id = project.slug, project.id
+    project.plan = None
     db.commit()
+
+    begin_write(db)
+    for table in DELETE_ORDER:
+        db.execute(delete(table).where(table.c.project_id == project_id))
+    db.execute(delete(Project.__table__).where(Project.__table__.c.id == project_id))
+    db.commit()
+    db.expunge(project)
     media = get_settings().data_dir / "media" / slug
     shutil.rmtree(media, ignore_errors=True)
+
+
+# Answers (the big table, in bulk rather than by the ORM's cascade), then the tables in the
+# order a worker's answer locks their rows; the project's own row goes last.
+DELETE_ORDER = tuple(
+    model.__table__
+    for model in (Answer, Query, Question, WorkSession, Participant, Model, Job, Object)
+)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import bindparam, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.config import get_settings
@@ -91,6 +92,21 @@ def open_session(
     type ``participant=alice``) opens a separate session and leaves the others alone.
     """
     begin_write(db)
+    try:
+        return _open_session(db, project, identity, total, source)
+    except IntegrityError:
+        # On PostgreSQL a project deleted after the check below fails the foreign key.
+        db.rollback()
+        if db.scalar(select(Project.id).where(Project.id == project.id)) is None:
+            raise NotFound(f"no project with slug {project.slug!r}") from None
+        raise
+
+
+def _open_session(
+    db: Session, project: Project, identity: Identity, total: int, source: str
+) -> tuple[WorkSession, str]:
+    if db.scalar(select(Project.id).where(Project.id == project.id)) is None:
+        raise NotFound(f"no project with slug {project.slug!r}")  # deleted meanwhile
     participant = db.scalar(
         select(Participant).where(
             Participant.project_id == project.id,

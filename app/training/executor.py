@@ -15,6 +15,9 @@ from typing import Any, Protocol
 
 class Executor(Protocol):
     name: str
+    # Whether shutdown() stops the jobs it was running (their runner re-queues them), or
+    # they go on without this process (a Dask cluster: the job records its own outcome).
+    stops_jobs_on_shutdown: bool
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Any: ...
 
@@ -25,6 +28,7 @@ class ProcessExecutor:
     """A pool of worker processes, started with ``spawn`` so no thread state is inherited."""
 
     name = "process pool"
+    stops_jobs_on_shutdown = True
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
@@ -45,13 +49,25 @@ class ProcessExecutor:
             return self._pool.submit(fn, *args)
 
     def shutdown(self) -> None:
+        """Stop the pool and its processes now: a job still running is killed (its runner
+        re-queues it), so no process outlives the server."""
+        processes = list((self._pool._processes or {}).values())
         self._pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+        for process in processes:
+            process.join(timeout=5)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=5)
 
 
 class DaskExecutor:
     """Jobs as tasks on a Dask distributed cluster (``TRIPLETLAB_DASK_SCHEDULER``)."""
 
     name = "dask"
+    stops_jobs_on_shutdown = False
 
     def __init__(self, address: str) -> None:
         from distributed import Client
@@ -63,7 +79,9 @@ class DaskExecutor:
         return self.client.submit(fn, *args, pure=False)
 
     def shutdown(self) -> None:
-        self.client.close()
+        """Close the client. A job already running on the cluster goes on there and records
+        its own outcome (if its worker dies, its heartbeat stops and the job is re-queued)."""
+        self.client.close(timeout=10)
 
 
 def make_executor(workers: int, dask_scheduler: str = "") -> Executor:

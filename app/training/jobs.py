@@ -109,6 +109,18 @@ def requeue_stale(db: Session) -> int:
     return result.rowcount or 0
 
 
+def requeue(db: Session, job_ids: list[int], reason: str) -> int:
+    """Put the running jobs ``job_ids`` back in the queue (their process was stopped)."""
+    begin_write(db)
+    result = db.execute(
+        update(Job)
+        .where(Job.id.in_(job_ids), Job.status == "running")
+        .values(status="queued", progress=0.0, progress_text=reason)
+    )
+    db.commit()
+    return result.rowcount or 0
+
+
 def claim_next(db: Session) -> Job | None:
     """Take the oldest queued job for this process (safe with several app processes)."""
     candidate = db.scalar(select(Job.id).where(Job.status == "queued").order_by(Job.id).limit(1))

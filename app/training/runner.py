@@ -51,10 +51,17 @@ class JobRunner:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop claiming jobs and end the executor's processes (or close the Dask client). Jobs
+        the pool was running are put back in the queue for the next server; jobs on a Dask
+        cluster go on there."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
         self.executor.shutdown()
+        if self.running and self.executor.stops_jobs_on_shutdown:
+            with self._sessions() as db:
+                job_service.requeue(db, list(self.running), "re-queued: the server stopped")
+            self.running.clear()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -83,8 +90,11 @@ class JobRunner:
     def _collect(self, db) -> None:  # type: ignore[no-untyped-def]
         for job_id, future in list(self.running.items()):
             if not future.done():
-                if db.get(Job, job_id).status == "cancelled":
-                    future.cancel()  # Dask stops it; a pool process stops at its next report
+                job = db.get(Job, job_id)
+                if job is None or job.status == "cancelled":
+                    # Cancelled, or deleted with its project: Dask stops it; a pool process
+                    # stops at its next progress report (which finds no running row).
+                    future.cancel()
                 continue
             del self.running[job_id]
             error = future.exception() if not future.cancelled() else None
