@@ -201,7 +201,9 @@ def next_query(
     if not held:
         _hold_for_issuing(db, project, work)
         if not project.plan:  # the plan was removed (or the project is being deleted) meanwhile
-            return Issued(None, done=True, message="This study is not collecting answers right now.")
+            return Issued(
+                None, done=True, message="This study is not collecting answers right now."
+            )
     if work.answered >= work.total:
         finish_session(db, work)
         return Issued(None, done=True)

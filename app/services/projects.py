@@ -111,11 +111,11 @@ def delete_project(db: Session, project: Project, *, force: bool) -> None:
     Safe while workers answer (issue 13, item 5). First the project stops issuing: its plan
     is removed in a transaction of its own, which waits for the requests issuing under the
     project's row lock, and every later one finds no plan and issues nothing. Then one
-    transaction deletes the project's rows table by table in the order a worker's answer
-    locks them (its query, its question, its session, and the project's row last, through
-    the answer's foreign key), so the deletion and an answer wait for each other at most
-    once and never in a cycle: on PostgreSQL, deleting the project's row first (cascading
-    from it) deadlocked with answers under load. Workers then get 404 (no session, unknown
+    transaction takes the rows a worker's request locks first, in the same order (the
+    project's sessions, then the project's row), and deletes the project's rows table by
+    table, so the deletion and a request wait for each other at most once and never in a
+    cycle: on PostgreSQL, deleting the project's row first (cascading from it) deadlocked
+    with answers under load. Workers then get 404 (no session, unknown
     token) instead of a lock error.
     """
     lock_project(db, project)
@@ -131,6 +131,17 @@ def delete_project(db: Session, project: Project, *, force: bool) -> None:
     db.commit()
 
     begin_write(db)
+    # A worker's transaction locks its session's row, then the project's (sessions.py):
+    # take the same rows in the same order, so that the deletion waits for the requests in
+    # flight and later ones wait for it, never in a cycle.
+    sessions = WorkSession.__table__
+    db.execute(
+        select(sessions.c.id)
+        .where(sessions.c.project_id == project_id)
+        .order_by(sessions.c.id)
+        .with_for_update()
+    )
+    db.execute(select(Project.id).where(Project.id == project_id).with_for_update())
     for table in DELETE_ORDER:
         db.execute(delete(table).where(table.c.project_id == project_id))
     db.execute(delete(Project.__table__).where(Project.__table__.c.id == project_id))

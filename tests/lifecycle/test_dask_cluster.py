@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from app.config import Settings
-from app.training.runner import JobRunner
 from app.training.kinds import KINDS
+from app.training.runner import JobRunner
 from tests.servers import free_port
 from tests.training.helpers import committed_client, make_study, wait_for
 
