@@ -25,6 +25,7 @@ from app.db.models import Object, Project, Query, Question, WorkSession, utcnow
 from app.db.session import begin_write, ensure_write, writing
 from app.errors import InvalidInput
 from app.schemas.plans import Plan
+from app.services.comprf import prepared_planner
 from app.services.sessions import (
     authenticate_session_in_project,
     completion_code,
@@ -181,10 +182,11 @@ def next_query(db: Session, project: Project, work: WorkSession) -> Issued:
     rng = np.random.default_rng([plan.seed, _session_number(work.id), work.answered, 7])
     question, is_repeat = _repeat_question(db, work, plan, rng)
     created = False
+    learning = prepared_planner(db, project, plan)  # comprf: its trees, current; else None
     if question is None:
         question = _open_question(db, project, work)
     if question is None:
-        question, created = _new_question(db, project, work, plan)
+        question, created = _new_question(db, project, work, plan, learning)
     if question is None:
         message = EXHAUSTED_MESSAGE
         if work.answered:
@@ -272,11 +274,11 @@ def _open_question(db: Session, project: Project, work: WorkSession) -> Question
 
 
 def _new_question(
-    db: Session, project: Project, work: WorkSession, plan: Plan
+    db: Session, project: Project, work: WorkSession, plan: Plan, planner: Planner | None = None
 ) -> tuple[Question | None, bool]:
     """Ask the plan's strategies for a question this participant has not seen; and whether
     it was created now (with its first place taken, see :func:`_create_question`)."""
-    planner = planner_for(project, plan)
+    planner = planner or planner_for(project, plan)
     state: dict[str, Any] = project.plan_state or planner.initial_state()
     step = project.plan_step
     try:
@@ -312,7 +314,7 @@ def _create_question(
     db: Session, project: Project, proposal: Proposal, position: int, planner: Planner, plan: Plan
 ) -> Question:
     strategy = planner.planned[position].strategy if position >= 0 else planner.gold_source
-    wanted = plan.redundancy if strategy is not None and strategy.redundant else 1
+    wanted = strategy.answers_wanted(proposal, plan.redundancy) if strategy is not None else 1
     objects = [*proposal.objects, None][:3]
     values = {
         "project_id": project.id,

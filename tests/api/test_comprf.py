@@ -1,0 +1,214 @@
+"""Comparison trees built by the crowd: the comprf strategy through the worker API."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from sqlalchemy import delete, select
+
+from app.active.comprf import ForestParams, replay
+from app.db.models import Answer, Project, Question, StrategyState
+from app.services.comprf import forests
+from tests.factories import answer, make_project, open_session, set_plan
+
+N = 16
+
+
+def line_objects(n: int, labelled: int) -> list[dict]:
+    """Objects on a line: two groups (left 'a', right 'b'); the first ``labelled`` of each
+    group carry their label."""
+    objects = []
+    for i in range(n):
+        group = i % 2
+        objects.append(
+            {
+                "name": f"o{i}",
+                "features": [float(group * 10 + i * 0.1)],
+                **({"label": "ab"[group]} if i < 2 * labelled else {}),
+            }
+        )
+    return objects
+
+
+@pytest.fixture
+def project(client, auth_headers):
+    make_project(client, auth_headers, "crowd")
+    response = client.post(
+        "/api/projects/crowd/objects", json=line_objects(N, 3), headers=auth_headers
+    )
+    assert response.status_code == 201, response.text
+    return "crowd"
+
+
+def x_of(index: int) -> float:
+    return (index % 2) * 10 + index * 0.1
+
+
+def nearer(query: dict) -> int:
+    anchor, left, right = (o["index"] for o in query["objects"])
+    return left if abs(x_of(anchor) - x_of(left)) <= abs(x_of(anchor) - x_of(right)) else right
+
+
+def crowd_answers(client, slug: str, workers: int, rounds: int, prefix: str = "w") -> int:
+    """Workers answer truthfully in turn; returns how many answers were given."""
+    given = 0
+    for r in range(rounds):
+        progressed = False
+        for w in range(workers):
+            sid, headers = open_session(client, slug, participant=f"{prefix}{w}-{r}")
+            for _ in range(10):
+                body = client.get(f"/api/w/sessions/{sid}/next", headers=headers).json()
+                if body.get("done"):
+                    break
+                query = body["query"]
+                response = answer(client, sid, headers, query["token"], nearer(query))
+                assert response.status_code == 201, response.text
+                given += 1
+                progressed = True
+        if not progressed:
+            break
+    return given
+
+
+COMPRF_PLAN = {
+    "strategies": [
+        {"kind": "comprf", "params": {"n_trees": 3, "redundancy": 3, "seed": 5}},
+    ],
+    "queries_per_session": 10,
+    "repeat_rate": 0,
+}
+
+
+def test_workers_grow_the_trees_and_each_question_gets_redundancy_answers(
+    client, auth_headers, project, db
+):
+    set_plan(client, auth_headers, project, **COMPRF_PLAN)
+    crowd_answers(client, project, workers=4, rounds=40)
+    progress = client.get(f"/api/projects/{project}/plan/progress", headers=auth_headers)
+    assert progress.status_code == 200, progress.text
+    entry = progress.json()["strategies"][0]
+    assert entry["kind"] == "comprf"
+    assert entry["comprf"]["complete"], entry
+    assert len(entry["comprf"]["trees"]) == 3
+    assert all(tree["depth"] >= 2 for tree in entry["comprf"]["trees"])
+    assert entry["answers"] == entry["comprf"]["answers_used"]
+    # each pivot question got exactly its 3 answers, from 3 distinct participants
+    per_question = Counter((a.a, min(a.b, a.c), max(a.b, a.c)) for a in db.scalars(select(Answer)))
+    assert set(per_question.values()) == {3}
+    participants = {}
+    for a in db.scalars(select(Answer)):
+        participants.setdefault((a.a, min(a.b, a.c), max(a.b, a.c)), set()).add(a.participant_id)
+    assert {len(p) for p in participants.values()} == {3}
+    assert all(q.answered == 3 and q.wanted == 3 for q in db.scalars(select(Question)))
+
+
+def test_forest_is_rebuilt_from_answers_alone(client, auth_headers, project, db):
+    set_plan(client, auth_headers, project, **COMPRF_PLAN)
+    crowd_answers(client, project, workers=3, rounds=6)
+    stored_project = db.scalar(select(Project))
+    [(_, current)] = forests(db, stored_project)
+    before = client.get(f"/api/projects/{project}/plan/progress", headers=auth_headers).json()
+    assert db.scalar(select(StrategyState)) is not None
+    db.execute(delete(StrategyState))
+    db.flush()
+    after = client.get(f"/api/projects/{project}/plan/progress", headers=auth_headers).json()
+    assert after == before
+    # a replay of the answer log, in any order (ids decide), gives the same trees
+    params = ForestParams.parse(COMPRF_PLAN["strategies"][0]["params"], 0)
+    setup = stored_project.plan_state["strategies"][0]
+    log = [(a.id, a.a, a.b, a.c) for a in db.scalars(select(Answer).order_by(Answer.id))]
+    rebuilt = replay(params, setup, log[::-1])
+    assert rebuilt.structure() == current.structure()
+    assert before["strategies"][0]["comprf"]["nodes_split"] > 3
+
+
+def test_answers_from_any_source_are_reused(client, auth_headers, project, db):
+    set_plan(client, auth_headers, project, **COMPRF_PLAN)
+    sid, headers = open_session(client, project, participant="first")
+    query = client.get(f"/api/w/sessions/{sid}/next", headers=headers).json()["query"]
+    anchor, left, right = (o["index"] for o in query["objects"])
+    # an import answers this pivot question three times, mirrored
+    near = nearer(query)
+    far = right if near == left else left
+    response = client.post(
+        f"/api/projects/{project}/answers",
+        json={"triplets": [[anchor, near, far]] * 3},
+        headers=auth_headers,
+    )
+    assert response.status_code in (200, 201), response.text
+    # the question is decided: nobody else is asked it
+    for w in range(5):
+        sid2, headers2 = open_session(client, project, participant=f"other{w}")
+        body = client.get(f"/api/w/sessions/{sid2}/next", headers=headers2).json()
+        shown = tuple(sorted(o["index"] for o in body["query"]["objects"][1:]))
+        assert (body["query"]["objects"][0]["index"], shown) != (
+            anchor,
+            tuple(sorted((left, right))),
+        )
+
+
+BAD = {
+    "n_trees": ({"n_trees": 0}, "n_trees"),
+    "n_trees-high": ({"n_trees": 501}, "n_trees"),
+    "leaf_size": ({"leaf_size": 0}, "leaf_size"),
+    "redundancy": ({"redundancy": 16}, "redundancy"),
+    "supervised-type": ({"supervised": "yes"}, "supervised"),
+    "unknown": ({"depth": 3}, "unknown params"),
+}
+
+
+@pytest.mark.parametrize("params,expected", BAD.values(), ids=BAD.keys())
+def test_bad_comprf_params_are_422_and_keep_the_plan(
+    client, auth_headers, project, params, expected
+):
+    kept = set_plan(client, auth_headers, project)
+    plan = {"strategies": [{"kind": "comprf", "params": params}]}
+    response = client.put(f"/api/projects/{project}/plan", json=plan, headers=auth_headers)
+    assert response.status_code == 422
+    assert expected in response.json()["detail"]
+    assert client.get(f"/api/projects/{project}/plan", headers=auth_headers).json() == kept
+
+
+def test_supervised_needs_two_classes_and_comprf_three_objects(client, auth_headers):
+    make_project(client, auth_headers, "small")
+    objects = [{"name": f"o{i}", "label": "a"} for i in range(5)]
+    client.post("/api/projects/small/objects", json=objects, headers=auth_headers)
+    plan = {"strategies": [{"kind": "comprf", "params": {"supervised": True}}]}
+    response = client.put("/api/projects/small/plan", json=plan, headers=auth_headers)
+    assert response.status_code == 422
+    assert "supervised" in response.json()["detail"]
+    assert client.get("/api/projects/small/plan", headers=auth_headers).status_code == 404
+    # without supervised, one class is fine: random pivots
+    plan = {"strategies": [{"kind": "comprf"}]}
+    assert (
+        client.put("/api/projects/small/plan", json=plan, headers=auth_headers).status_code == 200
+    )
+
+    make_project(client, auth_headers, "tiny")
+    client.post(
+        "/api/projects/tiny/objects", json=[{"name": "x"}, {"name": "y"}], headers=auth_headers
+    )
+    response = client.put("/api/projects/tiny/plan", json=plan, headers=auth_headers)
+    assert response.status_code == 422
+    assert "at least 3 objects" in response.json()["detail"]
+
+
+def test_late_objects_are_routed_down_the_trees(client, auth_headers, project, db):
+    set_plan(client, auth_headers, project, **COMPRF_PLAN)
+    crowd_answers(client, project, workers=3, rounds=40)
+    done = client.get(f"/api/projects/{project}/plan/progress", headers=auth_headers).json()
+    assert done["strategies"][0]["comprf"]["complete"]
+    late = [{"name": "late", "features": [10.05]}]  # index N, on the right
+    response = client.post(f"/api/projects/{project}/objects", json=late, headers=auth_headers)
+    assert response.status_code == 201, response.text
+    assert (
+        client.get(f"/api/projects/{project}/plan/progress", headers=auth_headers).json()[
+            "strategies"
+        ][0]["comprf"]["questions_pending"]
+        == 3
+    )  # the late object at the root of each tree
+    crowd_answers(client, project, workers=3, rounds=20, prefix="late")
+    assert N in {a.a for a in db.scalars(select(Answer))}
+    progress = client.get(f"/api/projects/{project}/plan/progress", headers=auth_headers).json()
+    assert progress["strategies"][0]["comprf"]["complete"]
