@@ -115,7 +115,14 @@ def train(
     with _session() as db:
         try:
             found = get_project(db, project)
-            if kind not in ("tripletboost", "kernel", "embedding", "metricboost", "svmcompare"):
+            if kind not in (
+                "tripletboost",
+                "kernel",
+                "embedding",
+                "metricboost",
+                "svmcompare",
+                "comprf",
+            ):
                 raise typer.BadParameter(f"unknown kind {kind!r}")
             job = create_job(db, found, kind, params, trigger="cli")
         except AppError as error:

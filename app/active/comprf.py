@@ -454,3 +454,61 @@ class ComparisonForestStrategy(Strategy):
 
     def answers_wanted(self, proposal: Proposal, plan_redundancy: int) -> int:
         return int(proposal.ref.get("wanted", self.forest_params.redundancy))
+
+
+def forest_predictions(
+    forest: Forest, labels: Sequence[str | None], targets: Sequence[float | None]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Per object, what the trees say; and leave-one-out figures over the known objects.
+
+    Classification (labels given) or regression (numeric ``targets``, when any object has
+    one): in each tree that placed x, the known leaf-mates of x (see
+    :meth:`Forest.neighbourhoods`) give class shares or their mean target; the forest
+    averages the trees (Alg. 2 of [1]_, with shares instead of a plurality vote). A known
+    object is predicted from its leaf-mates only, never from itself: that is its
+    leave-one-out prediction.
+
+    Returns one dict per object (``index``, ``trees_placed``, and ``label`` + ``shares`` or
+    ``target`` + ``spread``; ``None`` when no tree placed it yet) and the figures.
+    """
+    n = len(labels)
+    regression = any(t is not None for t in targets)
+    known = [t is not None for t in targets] if regression else [y is not None for y in labels]
+    mates, placed = forest.neighbourhoods(known)
+    rows: list[dict[str, Any]] = []
+    errors: list[float] = []
+    for obj in range(n):
+        per_tree = [m[obj] for m in mates if obj in m]
+        row: dict[str, Any] = {"index": obj, "trees_placed": int(placed[obj])}
+        if not per_tree:
+            row.update({"target": None, "spread": None} if regression else {"label": None})
+            row["note"] = "not placed in any leaf yet" if not placed[obj] else "no known leaf-mate"
+        elif regression:
+            means = np.array([np.mean([float(targets[o]) for o in group]) for group in per_tree])
+            row.update({"target": float(means.mean()), "spread": float(means.std())})
+            if known[obj]:
+                errors.append(row["target"] - float(targets[obj]))  # type: ignore[arg-type]
+        else:
+            shares: dict[str, float] = {}
+            for group in per_tree:
+                for o in group:
+                    shares[str(labels[o])] = shares.get(str(labels[o]), 0.0) + 1 / len(group)
+            total = sum(shares.values())
+            shares = {k: v / total for k, v in sorted(shares.items())}
+            row.update({"label": max(shares, key=shares.__getitem__), "shares": shares})
+            if known[obj]:
+                errors.append(float(row["label"] != labels[obj]))
+        rows.append(row)
+    n_known = int(sum(known))
+    figures: dict[str, Any] = {
+        "task": "regression" if regression else "classification",
+        "n_known": n_known,
+        "n_known_predicted": len(errors),
+        "objects_placed": int(np.count_nonzero(placed)),
+    }
+    if errors:
+        if regression:
+            figures["loo_rmse"] = float(np.sqrt(np.mean(np.square(errors))))
+        else:
+            figures["loo_accuracy"] = 1.0 - float(np.mean(errors))
+    return rows, figures

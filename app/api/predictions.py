@@ -82,7 +82,10 @@ def read_predictions(
     model: ModelDep, db: SessionDep, k: Annotated[int, Query(ge=1)] = 1
 ) -> list[dict]:
     """TripletBoost: a label (or an abstention) per unlabelled object; MetricBoost and
-    embeddings: k-NN labels of the unlabelled objects."""
+    embeddings: k-NN labels of the unlabelled objects; comprf: label and class shares (or
+    mean target and spread) from the crowd-built trees, and how many trees placed it."""
+    if model.kind == "comprf":
+        return service.comprf_predictions(db, model)
     if model.kind == "tripletboost":
         return service.tripletboost_predictions(db, model, None)
     return service.knn_labels(db, model, k)

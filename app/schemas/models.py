@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ModelKind = Literal["tripletboost", "kernel", "embedding", "metricboost", "svmcompare"]
+ModelKind = Literal["tripletboost", "kernel", "embedding", "metricboost", "svmcompare", "comprf"]
 
 
 class _Params(BaseModel):
@@ -60,12 +60,22 @@ class SVMCompareParams(_Params):
     )
 
 
+class ComprfParams(_Params):
+    position: int | None = Field(
+        default=None,
+        ge=0,
+        description="Which strategy of the plan (its position) built the forest; default: "
+        "the first comprf strategy.",
+    )
+
+
 PARAMS: dict[str, type[_Params]] = {
     "tripletboost": TripletBoostParams,
     "kernel": KernelParams,
     "embedding": EmbeddingParams,
     "metricboost": MetricBoostParams,
     "svmcompare": SVMCompareParams,
+    "comprf": ComprfParams,
 }
 
 

@@ -12,6 +12,7 @@ from app.db.models import Job, Project, utcnow
 from app.db.session import begin_write
 from app.errors import InvalidInput, NotFound
 from app.schemas.models import PARAMS
+from app.services.comprf import forest_snapshot
 from app.services.trainers import requirements
 from app.services.training_data import load_training_data
 
@@ -32,6 +33,8 @@ def check_trainable(db: Session, project: Project, kind: str, params: dict) -> N
     """Refuse (422, saying what is missing) a job that could not succeed."""
     parsed = parse_params(kind, params)
     data = load_training_data(db, project, include_flagged=parsed.include_flagged)
+    if kind == "comprf":
+        data.forest = forest_snapshot(db, project, parsed.position)
     missing = requirements(kind, data, parsed)
     if missing:
         raise InvalidInput("; ".join(missing))

@@ -119,6 +119,14 @@ def tripletboost_predictions(db: Session, model: Model, objects: list[int] | Non
     return result
 
 
+def comprf_predictions(db: Session, model: Model) -> list[dict]:
+    """Per object without a label (or target): the crowd-built forest's prediction."""
+    require_kind(model, "comprf")
+    names = {o.index: o.name for o in _objects(db, model)}
+    rows = loaded(model)["predictions"]
+    return [{**row, "name": names.get(row["index"])} for row in rows]
+
+
 def kernel_embedding(model: Model, dims: int) -> np.ndarray:
     require_kind(model, "kernel", "embedding")
     artifact = loaded(model)

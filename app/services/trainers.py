@@ -23,6 +23,7 @@ from app.learning.kernels import TripletKernel, landmark_triplet_mask
 from app.learning.metricboost import MetricBoost
 from app.learning.svmcompare import SVMCompare
 from app.learning.tripletboost import TripletBoost
+from app.services.comprf import comprf_requirements, train_comprf
 from app.services.training_data import TrainingData
 
 Progress = Callable[[float, str], None]  # (fraction done, text)
@@ -53,6 +54,8 @@ def requirements(kind: str, data: TrainingData, params: Any) -> list[str]:
             missing.append(
                 f"tripletboost needs labelled objects of at least 2 classes, found {len(classes)}"
             )
+    if kind == "comprf":
+        missing.extend(comprf_requirements(data))
     if kind in ("metricboost", "svmcompare") and data.features is None:
         missing.append(f"{kind} needs a feature vector on every object")
     if kind == "svmcompare" and n_pairs < MIN_PAIRS:
@@ -294,6 +297,7 @@ TRAINERS: dict[str, Callable[[TrainingData, Any, Progress], Trained]] = {
     "embedding": train_embedding,
     "metricboost": train_metricboost,
     "svmcompare": train_svmcompare,
+    "comprf": train_comprf,
 }
 
 

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from app.db.models import Job, Model, Project, utcnow
 from app.db.session import begin_write
+from app.services.comprf import forest_snapshot
 from app.services.jobs import parse_params
 from app.services.trainers import TRAINERS, requirements
 from app.services.training_data import load_training_data
@@ -80,6 +81,8 @@ def run_training(
         params = parse_params(job.kind, job.params)
         progress(0.0, "loading answers")
         data = load_training_data(db, project, include_flagged=params.include_flagged)
+        if job.kind == "comprf":  # a snapshot of the forest the crowd built
+            data.forest = forest_snapshot(db, project, params.position)
         missing = requirements(job.kind, data, params)
         if missing:
             raise ValueError("; ".join(missing))

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 
 from app.active.comprf import ForestParams, replay
-from app.db.models import Answer, Project, Question, StrategyState
+from app.db.models import Answer, Job, Project, Question, StrategyState
+from app.services.jobs import claim_next
+from app.services.training import run_training
 from app.services.comprf import forests
 from tests.factories import answer, make_project, open_session, set_plan
 
@@ -212,3 +214,75 @@ def test_late_objects_are_routed_down_the_trees(client, auth_headers, project, d
     assert N in {a.a for a in db.scalars(select(Answer))}
     progress = client.get(f"/api/projects/{project}/plan/progress", headers=auth_headers).json()
     assert progress["strategies"][0]["comprf"]["complete"]
+
+
+def train(client, headers, db, slug: str, params: dict | None = None) -> dict:
+    response = client.post(
+        f"/api/projects/{slug}/models",
+        json={"kind": "comprf", "params": params or {}},
+        headers=headers,
+    )
+    assert response.status_code == 202, response.text
+    job = db.get(Job, response.json()["id"])
+    claimed = claim_next(db)
+    assert claimed is not None and claimed.id == job.id
+    assert run_training(db, claimed.id) == "succeeded", db.get(Job, job.id).error
+    return client.get(f"/api/jobs/{job.id}", headers=headers).json()
+
+
+def test_comprf_model_predicts_from_the_crowd_built_trees(client, auth_headers, project, db):
+    refused = client.post(
+        f"/api/projects/{project}/models", json={"kind": "comprf"}, headers=auth_headers
+    )
+    assert refused.status_code == 422
+    assert "comprf strategy" in refused.json()["detail"]
+    set_plan(client, auth_headers, project, **COMPRF_PLAN)
+    crowd_answers(client, project, workers=4, rounds=40)
+    late = [{"name": "late", "features": [10.05]}]
+    assert (
+        client.post(f"/api/projects/{project}/objects", json=late, headers=auth_headers).status_code
+        == 201
+    )
+    job = train(client, auth_headers, db, project)
+    models = client.get(f"/api/projects/{project}/models", headers=auth_headers).json()["data"]
+    [model] = [m for m in models if m["id"] == job["model_id"]]
+    metrics = model["metrics"]
+    assert metrics["task"] == "classification"
+    assert metrics["n_known"] == 6
+    assert metrics["loo_accuracy"] >= 0.8  # the two groups lie far apart
+    assert metrics["answers_used"] == db.scalar(select(func.count(Answer.id)))
+    assert metrics["complete"] is False  # the late object still waits at the roots
+    predictions = client.get(
+        f"/api/models/{job['model_id']}/predictions", headers=auth_headers
+    ).json()
+    assert [p["index"] for p in predictions] == list(range(6, N + 1))
+    by_index = {p["index"]: p for p in predictions}
+    assert by_index[N]["label"] is None and by_index[N]["trees_placed"] == 0
+    assert "not placed" in by_index[N]["note"]
+    right = [by_index[i]["label"] == "ab"[i % 2] for i in range(6, N)]
+    assert sum(right) >= 8, predictions
+    assert all(by_index[i]["trees_placed"] == 3 for i in range(6, N))
+    assert all(abs(sum(by_index[i]["shares"].values()) - 1) < 1e-9 for i in range(6, N))
+    latest = client.get(
+        f"/api/projects/{project}/models/comprf/latest/predictions", headers=auth_headers
+    )
+    assert latest.json() == predictions
+
+
+def test_comprf_regression_gives_mean_target_and_spread(client, auth_headers, db):
+    make_project(client, auth_headers, "reg")
+    objects = [
+        {"name": f"o{i}", "features": [x_of(i)], **({"target": x_of(i)} if i < 8 else {})}
+        for i in range(N)
+    ]
+    client.post("/api/projects/reg/objects", json=objects, headers=auth_headers)
+    set_plan(client, auth_headers, "reg", **COMPRF_PLAN)
+    crowd_answers(client, "reg", workers=4, rounds=40)
+    job = train(client, auth_headers, db, "reg")
+    [model] = client.get("/api/projects/reg/models", headers=auth_headers).json()["data"]
+    metrics = model["metrics"]
+    assert metrics["task"] == "regression" and metrics["loo_rmse"] < 5.0
+    predictions = client.get(f"/api/models/{job['model_id']}/predictions", headers=auth_headers)
+    rows = predictions.json()
+    assert [r["index"] for r in rows] == list(range(8, N))
+    assert all(abs(r["target"] - x_of(r["index"])) < 5 and r["spread"] >= 0 for r in rows)
