@@ -425,6 +425,8 @@ class ComparisonForestStrategy(Strategy):
             raise ValueError(f"comprf needs at least 3 objects, the project has {n_objects}")
         self.forest: Forest | None = None
         self._queue: list[Proposal] = []
+        #: questions the trees wait for (leased out ones included): more will come
+        self.n_pending = 0
 
     def setup(self, labels: Sequence[str | None]) -> dict[str, Any]:
         """The object snapshot the trees are built on (see :func:`snapshot`)."""
@@ -433,11 +435,15 @@ class ComparisonForestStrategy(Strategy):
         return snapshot(self.forest_params, labels)
 
     def attach(
-        self, forest: Forest, queue: Sequence[tuple[int, int, str, int, int, int, int]]
+        self,
+        forest: Forest,
+        queue: Sequence[tuple[int, int, str, int, int, int, int]],
+        n_pending: int = 0,
     ) -> None:
         """Use ``forest``; propose the pending questions ``queue`` (rows of
-        :meth:`Forest.pending`) in order."""
+        :meth:`Forest.pending`) in order; ``n_pending`` questions wait in all."""
         self.forest = forest
+        self.n_pending = n_pending
         self._queue = [
             Proposal(
                 "triplet",

@@ -17,7 +17,12 @@ import numpy as np
 from sqlalchemy import bindparam, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.active.comprf import ComparisonForestStrategy, Forest, forest_predictions
+from app.active.comprf import (
+    ComparisonForestStrategy,
+    Forest,
+    forest_predictions,
+    question_key,
+)
 from app.active.planner import Planner
 from app.db.models import Answer, Object, Project, Query, Question, StrategyState, utcnow
 from app.errors import InvalidInput
@@ -174,6 +179,14 @@ def prepared_planner(db: Session, project: Project, plan: Plan) -> Planner | Non
     return planner
 
 
+def waiting_for_answers(planner: Planner | None) -> bool:
+    """Whether a comprf strategy's next questions wait for answers being given now."""
+    return planner is not None and any(
+        isinstance(p.strategy, ComparisonForestStrategy) and p.strategy.n_pending > 0
+        for p in planner.planned
+    )
+
+
 def prepare_strategies(
     db: Session, project: Project, planner: Planner, state: dict[str, Any]
 ) -> None:
@@ -187,7 +200,7 @@ def prepare_strategies(
         forest = current_forest(db, project, strategy, position, setup, save=True)
         pending = forest.pending()
         _close_decided(db, project, position, pending)
-        strategy.attach(forest, _askable(db, project, pending))
+        strategy.attach(forest, _askable(db, project, forest, pending), len(pending))
 
 
 def _close_decided(
@@ -219,7 +232,10 @@ def _close_decided(
 
 
 def _askable(
-    db: Session, project: Project, pending: Sequence[tuple[int, int, str, int, int, int, int]]
+    db: Session,
+    project: Project,
+    forest: Forest,
+    pending: Sequence[tuple[int, int, str, int, int, int, int]],
 ) -> list[tuple[int, int, str, int, int, int, int]]:
     """The first pending questions a worker may be asked now: new ones, open ones, and
     those whose answers fell short (a tie, or fewer than needed): their ``wanted`` grows.
@@ -228,6 +244,10 @@ def _askable(
     """
     chosen: list[Any] = []
     keys_seen: set[str] = set()
+
+    def votes(row: tuple[int, int, str, int, int, int, int]) -> int:
+        return len(forest.votes.get(question_key(*row[3:6]), ()))
+
     for start in range(0, len(pending), _CHUNK):
         chunk = []
         for row in pending[start : start + _CHUNK]:
@@ -258,7 +278,8 @@ def _askable(
             needed = row[-1]
             if question is None or question.is_open:
                 chosen.append(row)
-            elif needed > question.live:
+            elif needed > question.live and votes(row) >= question.answered:
+                # (the forest has seen every answer the question got: not a stale read)
                 wanted = question.answered + needed
                 if wanted > question.wanted:
                     db.execute(

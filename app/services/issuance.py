@@ -25,7 +25,7 @@ from app.db.models import Object, Project, Query, Question, WorkSession, utcnow
 from app.db.session import begin_write, ensure_write, writing
 from app.errors import InvalidInput
 from app.schemas.plans import Plan
-from app.services.comprf import prepared_planner
+from app.services.comprf import prepared_planner, waiting_for_answers
 from app.services.sessions import (
     authenticate_session_in_project,
     completion_code,
@@ -35,6 +35,10 @@ from app.services.sessions import (
 MAX_PROPOSALS = 100  # proposals tried per issue before the plan counts as exhausted
 MIN_ANSWERS_BEFORE_REPEAT = 3
 EXHAUSTED_MESSAGE = "This study has collected all the answers it needs. Thank you!"
+WAITING_MESSAGE = (
+    "The next questions wait for answers other workers are giving now. "
+    "Please ask again in a minute."
+)
 M = TypeVar("M", Query, Question)
 
 
@@ -187,6 +191,9 @@ def next_query(db: Session, project: Project, work: WorkSession) -> Issued:
         question = _open_question(db, project, work)
     if question is None:
         question, created = _new_question(db, project, work, plan, learning)
+    if question is None and waiting_for_answers(learning):  # comprf: the session goes on
+        db.commit()
+        return Issued(None, done=True, message=WAITING_MESSAGE)
     if question is None:
         message = EXHAUSTED_MESSAGE
         if work.answered:
@@ -212,7 +219,10 @@ def _hold_for_issuing(db: Session, project: Project, work: WorkSession) -> None:
         return
     if not writing(db):
         begin_write(db)
-    db.refresh(project, with_for_update=True)
+    # FOR NO KEY UPDATE, not FOR UPDATE: an answer being recorded inserts a row referencing
+    # the project (its foreign key check takes KEY SHARE on it) while holding its question's
+    # row, which issuing may update; FOR UPDATE would block that check and deadlock.
+    db.refresh(project, with_for_update={"key_share": True})
     db.refresh(work)
 
 

@@ -9,9 +9,9 @@ from sqlalchemy import delete, func, select
 
 from app.active.comprf import ForestParams, replay
 from app.db.models import Answer, Job, Project, Question, StrategyState
+from app.services.comprf import forests
 from app.services.jobs import claim_next
 from app.services.training import run_training
-from app.services.comprf import forests
 from tests.factories import answer, make_project, open_session, set_plan
 
 N = 16
