@@ -295,22 +295,23 @@ class Forest:
         return out
 
     # ------------------------------------------------------------------ results
-    def placements(self, t: int) -> dict[int, str]:
-        """Object -> leaf path in tree ``t``, for the objects that reached a leaf."""
+    def placements(self, t: int, anytime: bool = False) -> dict[int, str]:
+        """Object -> leaf path in tree ``t``, for the objects that reached a leaf (with
+        ``anytime``, every object: the deepest node it has reached so far)."""
         tree = self.trees[t]
         where = {}
         for path, node in tree.items():
-            if "members" in node and "pending" not in node:
+            if "members" in node and (anytime or "pending" not in node):
                 for member in node["members"]:
                     where[member] = path
         for obj, path in self.routed[t].items():
             node = tree[path]
-            if "members" in node and "pending" not in node:
+            if anytime or ("members" in node and "pending" not in node):
                 where[obj] = path
         return where
 
     def neighbourhoods(
-        self, known: Sequence[bool]
+        self, known: Sequence[bool], anytime: bool = False
     ) -> tuple[list[dict[int, list[int]]], np.ndarray]:
         """Per tree, for each placed object, its nearest labelled leaf-mates, and how many
         trees placed each object.
@@ -323,7 +324,7 @@ class Forest:
         placed = np.zeros(n, dtype=np.int64)
         result = []
         for t in range(len(self.trees)):
-            where = {obj: path for obj, path in self.placements(t).items() if obj < n}
+            where = {obj: path for obj, path in self.placements(t, anytime).items() if obj < n}
             below: dict[str, list[int]] = {}
             for obj, path in where.items():
                 if known[obj]:
@@ -463,7 +464,10 @@ class ComparisonForestStrategy(Strategy):
 
 
 def forest_predictions(
-    forest: Forest, labels: Sequence[str | None], targets: Sequence[float | None]
+    forest: Forest,
+    labels: Sequence[str | None],
+    targets: Sequence[float | None],
+    anytime: bool = False,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Per object, what the trees say; and leave-one-out figures over the known objects.
 
@@ -476,11 +480,15 @@ def forest_predictions(
 
     Returns one dict per object (``index``, ``trees_placed``, and ``label`` + ``shares`` or
     ``target`` + ``spread``; ``None`` when no tree placed it yet) and the figures.
+    With ``anytime`` an object still waiting in an open node is predicted from the
+    known objects of that node (``trees_placed`` still counts leaves only).
     """
     n = len(labels)
     regression = any(t is not None for t in targets)
     known = [t is not None for t in targets] if regression else [y is not None for y in labels]
-    mates, placed = forest.neighbourhoods(known)
+    mates, placed = forest.neighbourhoods(known, anytime)
+    if anytime:
+        placed = forest.neighbourhoods(known)[1]
     rows: list[dict[str, Any]] = []
     errors: list[float] = []
     for obj in range(n):
