@@ -37,7 +37,7 @@ import time
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 BUDGETS = (2_000, 5_000, 10_000, 20_000, 50_000)
 NOISES = (0.0, 0.1, 0.2)
@@ -105,11 +105,13 @@ def run_comprf(X, y, regression, known, noise, seed, budgets, round_size, n_tree
         rows, _ = forest_predictions(forest, labels, targets, anytime=anytime)
         if regression:
             mean = float(np.mean(y[known]))
-            pred = np.array([rows[i]["target"] if rows[i]["target"] is not None else mean
-                             for i in unknown])  # fmt: skip
+            pred = np.array(
+                [rows[i]["target"] if rows[i]["target"] is not None else mean for i in unknown]
+            )
         else:
-            pred = np.array([int(rows[i]["label"]) if rows[i]["label"] is not None else -1
-                             for i in unknown])  # fmt: skip
+            pred = np.array(
+                [int(rows[i]["label"]) if rows[i]["label"] is not None else -1 for i in unknown]
+            )
         out[budget] = score(pred, y[unknown], regression)
     return out, given
 
@@ -182,12 +184,20 @@ def http_run(X, y, known, noise, budget, seed, n_trees):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
         s.close()
-        env = {**os.environ, "TRIPLETLAB_DATABASE_URL": f"sqlite:///{tmp}/bench.db",
-               "TRIPLETLAB_DATA_DIR": f"{tmp}/data", "TRIPLETLAB_DEMO": "false",
-               "TRIPLETLAB_RUN_JOBS": "true"}  # fmt: skip
+        env = {
+            **os.environ,
+            "TRIPLETLAB_DATABASE_URL": f"sqlite:///{tmp}/bench.db",
+            "TRIPLETLAB_DATA_DIR": f"{tmp}/data",
+            "TRIPLETLAB_DEMO": "false",
+            "TRIPLETLAB_RUN_JOBS": "true",
+        }
         log = open(f"{tmp}/serve.log", "w")  # noqa: SIM115
-        server = subprocess.Popen([tripletlab, "serve", "--port", str(port)], env=env,
-                                  stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        server = subprocess.Popen(
+            [tripletlab, "serve", "--port", str(port)],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         base = f"http://127.0.0.1:{port}"
         try:
             for _ in range(200):
@@ -196,20 +206,33 @@ def http_run(X, y, known, noise, budget, seed, n_trees):
                     break
                 except httpx.TransportError:
                     time.sleep(0.3)
-            key = next(line.strip() for line in open(f"{tmp}/serve.log") if line.startswith("tl_"))
+            printed = Path(f"{tmp}/serve.log").read_text().splitlines()
+            key = next(line.strip() for line in printed if line.startswith("tl_"))
             headers = {"Authorization": f"Bearer {key}"}
             api = httpx.Client(base_url=base, headers=headers, timeout=120)
             api.post("/api/projects", json={"slug": "bench", "name": "bench"}).raise_for_status()
-            objects = [{"name": f"o{i}", "features": X[i].round(6).tolist(),
-                        **({"label": str(y[i])} if known[i] else {})} for i in range(len(y))]  # fmt: skip
+            objects = [
+                {
+                    "name": f"o{i}",
+                    "features": X[i].round(6).tolist(),
+                    **({"label": str(y[i])} if known[i] else {}),
+                }
+                for i in range(len(y))
+            ]
             api.post("/api/projects/bench/objects", json=objects).raise_for_status()
-            plan = {"strategies": [{"kind": "comprf", "params": {
-                "n_trees": n_trees, "redundancy": 1, "seed": seed}}],
-                "queries_per_session": 200, "repeat_rate": 0}  # fmt: skip
+            plan = {
+                "strategies": [
+                    {
+                        "kind": "comprf",
+                        "params": {"n_trees": n_trees, "redundancy": 1, "seed": seed},
+                    }
+                ],
+                "queries_per_session": 200,
+                "repeat_rate": 0,
+            }
             api.put("/api/projects/bench/plan", json=plan).raise_for_status()
             started = time.perf_counter()
-            result = simulate(base, "bench", key, workers=4, answers=budget, noise=noise,
-                              seed=seed)  # fmt: skip
+            result = simulate(base, "bench", key, workers=4, answers=budget, noise=noise, seed=seed)
             seconds = time.perf_counter() - started
             job = api.post("/api/projects/bench/models", json={"kind": "comprf"}).json()
             for _ in range(600):
@@ -245,8 +268,11 @@ def main() -> None:
     budgets = tuple(b for b in BUDGETS if not args.quick or b <= 10_000)
 
     print(f"# budgets {budgets}, noise {noises}, {args.n_trees} trees, seeds {args.seeds}")
-    print("| data | noise | method | " + " | ".join(f"{b:,}" for b in budgets)
-          + " | answers to 90% of final | seconds |")  # fmt: skip
+    print(
+        "| data | noise | method | "
+        + " | ".join(f"{b:,}" for b in budgets)
+        + " | answers to 90% of final | seconds |"
+    )
     print("|---|---|---|" + "---|" * len(budgets) + "---|---|")
     for name in datasets:
         for noise in noises:
@@ -258,19 +284,32 @@ def main() -> None:
                     known = np.zeros(len(y), dtype=bool)
                     known[np.random.default_rng([seed, 9]).permutation(len(y))[: len(y) // 2]] = 1
                     if method.startswith("a"):
-                        curve, _ = run_comprf(X, y, regression, known, noise, seed, budgets,
-                                              args.round, args.n_trees)  # fmt: skip
+                        curve, _ = run_comprf(
+                            X, y, regression, known, noise, seed, budgets, args.round, args.n_trees
+                        )
                     else:
-                        curve = {b: run_passive(method, X, y, regression, known, noise, seed, b)
-                                 for b in budgets}  # fmt: skip
+                        curve = {
+                            b: run_passive(method, X, y, regression, known, noise, seed, b)
+                            for b in budgets
+                        }
                     curves.append(curve)
-                mean = {b: (None if any(c[b] is None for c in curves)
-                            else float(np.mean([c[b] for c in curves]))) for b in budgets}  # fmt: skip
+                mean = {
+                    b: (
+                        None
+                        if any(c[b] is None for c in curves)
+                        else float(np.mean([c[b] for c in curves]))
+                    )
+                    for b in budgets
+                }
                 cells = ["n/a" if mean[b] is None else f"{mean[b]:.3f}" for b in budgets]
                 label = f"{name} ({'RMSE' if regression else 'accuracy'})"
-                print(f"| {label} | {noise:.0%} | {method} | " + " | ".join(cells)
-                      + f" | {needed_for_90(mean, regression)} | "
-                      f"{time.perf_counter() - started:.0f} |", flush=True)  # fmt: skip
+                print(
+                    f"| {label} | {noise:.0%} | {method} | "
+                    + " | ".join(cells)
+                    + f" | {needed_for_90(mean, regression)} | "
+                    f"{time.perf_counter() - started:.0f} |",
+                    flush=True,
+                )
     if args.http:
         X, y, _ = load("wine", args.digits_n, 0)
         known = np.zeros(len(y), dtype=bool)
@@ -278,13 +317,16 @@ def main() -> None:
         answers, accuracy, placed, total, seconds, errors = http_run(
             X, y, known, 0.1, args.http_budget, 0, args.n_trees
         )
-        inproc, _ = run_comprf(X, y, False, known, 0.1, 0, (args.http_budget,), args.round,
-                               args.n_trees, anytime=False)  # fmt: skip
-        print(f"\nHTTP end to end (wine, noise 10%, {answers:,} answers by simulate in "
-              f"{seconds:.0f} s, {len(errors)} errors): accuracy {accuracy:.3f} on the "
-              f"{total} unlabelled objects ({placed} placed in a leaf; unplaced count as "
-              f"wrong); in-process, the same count of answers and the same rule: "
-              f"{inproc[args.http_budget]:.3f}")  # fmt: skip
+        inproc, _ = run_comprf(
+            X, y, False, known, 0.1, 0, (args.http_budget,), args.round, args.n_trees, anytime=False
+        )
+        print(
+            f"\nHTTP end to end (wine, noise 10%, {answers:,} answers by simulate in "
+            f"{seconds:.0f} s, {len(errors)} errors): accuracy {accuracy:.3f} on the "
+            f"{total} unlabelled objects ({placed} placed in a leaf; unplaced count as "
+            f"wrong); in-process, the same count of answers and the same rule: "
+            f"{inproc[args.http_budget]:.3f}"
+        )
 
 
 if __name__ == "__main__":

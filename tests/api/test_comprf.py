@@ -11,6 +11,7 @@ from app.active.comprf import ForestParams, replay
 from app.db.models import Answer, Job, Project, Question, StrategyState
 from app.services.comprf import forests
 from app.services.jobs import claim_next
+from app.services.retrain import schedule_due
 from app.services.training import run_training
 from tests.factories import answer, make_project, open_session, set_plan
 
@@ -286,3 +287,20 @@ def test_comprf_regression_gives_mean_target_and_spread(client, auth_headers, db
     rows = predictions.json()
     assert [r["index"] for r in rows] == list(range(8, N))
     assert all(abs(r["target"] - x_of(r["index"])) < 5 and r["spread"] >= 0 for r in rows)
+
+
+def test_automatic_retraining_builds_comprf_models(client, auth_headers, project, db):
+    set_plan(client, auth_headers, project, **COMPRF_PLAN)
+    policy = {"kind": "comprf", "every_n_answers": 20, "min_interval_s": 0}
+    response = client.put(f"/api/projects/{project}/retrain", json=policy, headers=auth_headers)
+    assert response.status_code == 200, response.text
+    crowd_answers(client, project, workers=3, rounds=2)
+    [job_id] = schedule_due(db)
+    claimed = claim_next(db)
+    assert claimed is not None and claimed.id == job_id and claimed.trigger == "auto"
+    assert run_training(db, job_id) == "succeeded", db.get(Job, job_id).error
+    latest = client.get(
+        f"/api/projects/{project}/models/comprf/latest/predictions", headers=auth_headers
+    )
+    assert latest.status_code == 200
+    assert len(latest.json()) == N - 6
