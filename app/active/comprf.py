@@ -137,6 +137,8 @@ class Forest:
     routed: list[dict[int, str]]
     votes: dict[str, list[int]] = field(default_factory=dict)
     n_answers: int = 0  # votes stored (answers applied)
+    #: anchors with votes since the last :meth:`resolve` (None: check every open node)
+    _touched: set[int] | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -182,6 +184,8 @@ class Forest:
             vote = answer_id if b < c else -answer_id
             self.votes.setdefault(question_key(a, b, c), []).append(vote)
             self.n_answers += 1
+            if self._touched is not None:
+                self._touched.add(a)
 
     def _decision(self, anchor: int, p1: int, p2: int) -> tuple[bool | None, int]:
         """Whether ``anchor`` is closer to ``p1`` (None if undecided), and answers needed."""
@@ -195,8 +199,14 @@ class Forest:
         """Split every node whose questions are all decided, and move routed objects on,
         until nothing changes (Alg. 1, lines 4-7; Alg. 2, line 5). Returns the splits made."""
         splits = 0
+        touched, self._touched = self._touched, set()
         for t, tree in enumerate(self.trees):
-            work = [path for path, node in tree.items() if "pending" in node]
+            work = [
+                path
+                for path, node in tree.items()
+                if "pending" in node
+                and (touched is None or any(m in touched for m in node["pending"]))
+            ]
             while work:
                 path = work.pop()
                 node = tree[path]
@@ -364,6 +374,7 @@ class Forest:
             [{int(k): v for k, v in r.items()} for r in data["routed"]],
             {k: list(v) for k, v in data["votes"].items()},
             int(data["n_answers"]),
+            set(),  # stored resolved: only nodes with new votes need a look
         )
 
     def structure(self) -> list[dict[str, Any]]:
