@@ -41,6 +41,7 @@ import numpy as np
 
 BUDGETS = (2_000, 5_000, 10_000, 20_000, 50_000)
 NOISES = (0.0, 0.1, 0.2)
+NOTES: set[str] = set()
 METHODS = ("a CompRF (active)", "b TripletBoost", "c SOE + 1-NN", "d k1 + kernel SVM")
 
 
@@ -102,6 +103,12 @@ def run_comprf(X, y, regression, known, noise, seed, budgets, round_size, n_tree
             ids = range(given + 1, given + 1 + len(a))
             advance(forest, zip(ids, a.tolist(), near.tolist(), far.tolist(), strict=True))
             given += len(a)
+        if given < budget:
+            NOTES.add(
+                f"(a) {'regression' if regression else 'classification'} on {n} objects, "
+                f"noise {noise:.0%}: the trees were complete after {given:,} answers; "
+                f"the later columns use no more"
+            )
         rows, _ = forest_predictions(forest, labels, targets, anytime=anytime)
         if regression:
             mean = float(np.mean(y[known]))
@@ -143,7 +150,17 @@ def run_passive(method, X, y, regression, known, noise, seed, budget):
         Z = SOE(n_components=2, random_state=seed).fit(T, n).embedding_
         knn = KNeighborsRegressor(1) if regression else KNeighborsClassifier(1)
         return score(knn.fit(Z[train], y[train]).predict(Z[test]), y[test], regression)
-    landmarks = np.sort(rng.choice(n, 15, replace=False))
+    n_landmarks = 15
+    landmarks = np.sort(rng.choice(n, n_landmarks, replace=False))
+    # the design has only so many distinct questions: (n − L)·C(L, 2) + L·C(L − 1, 2)
+    distinct = (n - n_landmarks) * n_landmarks * (n_landmarks - 1) // 2 + n_landmarks * (
+        n_landmarks - 1
+    ) * (n_landmarks - 2) // 2
+    if budget > distinct:
+        NOTES.add(
+            f"(d) on {n} objects: capped at all {distinct:,} distinct questions of its design"
+        )
+        budget = distinct
     T = make_landmark_triplets(
         X, landmarks, n_triplets=budget, kind="k1", noise=noise, random_state=rng
     )
@@ -260,6 +277,7 @@ def main() -> None:
     parser.add_argument("--n-trees", type=int, default=10)
     parser.add_argument("--round", type=int, default=200, help="answers per CompRF round")
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--methods", default="abcd", help="letters of the methods to run")
     parser.add_argument("--http", action="store_true", help="add the end-to-end run")
     parser.add_argument("--http-budget", type=int, default=5_000)
     args = parser.parse_args()
@@ -276,7 +294,7 @@ def main() -> None:
     print("|---|---|---|" + "---|" * len(budgets) + "---|---|")
     for name in datasets:
         for noise in noises:
-            for method in METHODS:
+            for method in (m for m in METHODS if m[0] in args.methods):
                 curves: list[dict[int, float | None]] = []
                 started = time.perf_counter()
                 for seed in range(args.seeds):
@@ -310,6 +328,8 @@ def main() -> None:
                     f"{time.perf_counter() - started:.0f} |",
                     flush=True,
                 )
+    for note in sorted(NOTES):
+        print(f"\nNote: {note}.")
     if args.http:
         X, y, _ = load("wine", args.digits_n, 0)
         known = np.zeros(len(y), dtype=bool)

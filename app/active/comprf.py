@@ -428,7 +428,6 @@ class ComparisonForestStrategy(Strategy):
     """
 
     kind = "comprf"
-    needs_forest = True
 
     def __init__(self, n_objects: int, params: Mapping[str, Any], seed: int) -> None:
         super().__init__(n_objects, params, seed)

@@ -83,8 +83,6 @@ class Planner:
             except ValueError as error:
                 raise ValueError(f"strategy {position} ({kind}): {error}") from error
             self.planned.append(PlannedStrategy(strategy, spec["weight"], spec.get("budget")))
-        #: whether a strategy learns from answers (the service prepares it before proposing)
-        self.learns = any(getattr(p.strategy, "needs_forest", False) for p in self.planned)
         gold = [p.strategy for p in self.planned if p.strategy.kind == "gold"]
         self.gold_source: Strategy | None = None
         if gold_rate > 0:
