@@ -224,7 +224,7 @@ def http_run(X, y, known, noise, budget, seed, n_trees):
                 except httpx.TransportError:
                     time.sleep(0.3)
             printed = Path(f"{tmp}/serve.log").read_text().splitlines()
-            key = next(line.strip() for line in printed if line.startswith("tl_"))
+            key = next(line.strip() for line in printed if line.strip().startswith("tl_"))
             headers = {"Authorization": f"Bearer {key}"}
             api = httpx.Client(base_url=base, headers=headers, timeout=120)
             api.post("/api/projects", json={"slug": "bench", "name": "bench"}).raise_for_status()
@@ -280,8 +280,11 @@ def main() -> None:
     parser.add_argument("--methods", default="abcd", help="letters of the methods to run")
     parser.add_argument("--http", action="store_true", help="add the end-to-end run")
     parser.add_argument("--http-budget", type=int, default=5_000)
+    parser.add_argument("--http-only", action="store_true", help="only the end-to-end run")
     args = parser.parse_args()
     datasets = ["wine"] if args.quick else args.datasets
+    if args.http_only:
+        datasets, args.http = [], True
     noises = (0.1,) if args.quick else NOISES
     budgets = tuple(b for b in BUDGETS if not args.quick or b <= 10_000)
 
