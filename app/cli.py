@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from app.config import get_settings
+from app.training.kinds import kind_names
 
 app = typer.Typer(
     help="Triplet Lab: collect human comparisons and learn from them.",
@@ -92,9 +93,7 @@ def _parse_params(pairs: list[str]) -> dict:
 @app.command()
 def train(
     project: Annotated[str, typer.Argument(help="Project slug.")],
-    kind: Annotated[
-        str, typer.Argument(help="tripletboost, kernel, embedding, metricboost or svmcompare.")
-    ],
+    kind: Annotated[str, typer.Argument(help=f"One of: {', '.join(kind_names())}.")],
     param: Annotated[
         list[str] | None,
         typer.Option("--param", "-p", help="A training parameter NAME=VALUE (repeatable)."),
@@ -107,23 +106,14 @@ def train(
 
     from app.db.models import Job, Model
     from app.errors import AppError
-    from app.services.jobs import claim_job, create_job
     from app.services.projects import get_project
-    from app.services.training import run_training
+    from app.training.jobs import claim_job, create_job
+    from app.training.run import run_training
 
     params = _parse_params(param or [])
     with _session() as db:
         try:
             found = get_project(db, project)
-            if kind not in (
-                "tripletboost",
-                "kernel",
-                "embedding",
-                "metricboost",
-                "svmcompare",
-                "comprf",
-            ):
-                raise typer.BadParameter(f"unknown kind {kind!r}")
             job = create_job(db, found, kind, params, trigger="cli")
         except AppError as error:
             typer.echo(f"error: {error.detail}", err=True)

@@ -34,7 +34,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runner = None
         if settings.run_jobs:
-            from app.jobs.runner import JobRunner
+            from app.training.runner import JobRunner
 
             runner = JobRunner.from_settings(settings)
             runner.start()

@@ -1,7 +1,9 @@
 """Prediction routes of trained models.
 
 Each route answers at ``/api/models/{model_id}/…`` for a named model and at
-``/api/projects/{slug}/models/{kind}/latest/…`` for the latest model of a kind.
+``/api/projects/{slug}/models/{kind}/latest/…`` for the latest model of a kind. A route is
+named (``predictions``, ``neighbors``, …); which kinds answer it, and how, each kind declares
+in its module of ``app/training/kinds`` (others get 422 naming the kinds that do).
 """
 
 from __future__ import annotations
@@ -82,32 +84,31 @@ def read_predictions(
     model: ModelDep, db: SessionDep, k: Annotated[int, Query(ge=1)] = 1
 ) -> list[dict]:
     """TripletBoost: a label (or an abstention) per unlabelled object; MetricBoost and
-    embeddings: k-NN labels of the unlabelled objects; comprf: label and class shares (or
-    mean target and spread) from the crowd-built trees, and how many trees placed it."""
-    if model.kind == "comprf":
-        return service.comprf_predictions(db, model)
-    if model.kind == "tripletboost":
-        return service.tripletboost_predictions(db, model, None)
-    return service.knn_labels(db, model, k)
+    embeddings: k-NN labels of the unlabelled objects."""
+    return service.serve(db, model, "predictions", k=k)
 
 
 @routes("POST", "/predict")
 def predict(model: ModelDep, data: ObjectsRequest, db: SessionDep) -> list[dict]:
     """TripletBoost labels for the given objects."""
-    return service.tripletboost_predictions(db, model, data.objects)
+    return service.serve(db, model, "predict", objects=data.objects)
 
 
 @routes("GET", "/embedding")
-def read_embedding(model: ModelDep, dims: Annotated[int, Query(ge=1, le=50)] = 2) -> dict:
+def read_embedding(
+    model: ModelDep, db: SessionDep, dims: Annotated[int, Query(ge=1, le=50)] = 2
+) -> dict:
     """Coordinates of every object: kernel PCA (kernel) or the ordinal embedding."""
-    points = service.kernel_embedding(model, dims)
+    points = service.serve(db, model, "embedding", dims=dims)
     return {"dims": points.shape[1], "coordinates": points.tolist()}
 
 
 @routes("POST", "/clusters")
-def create_clusters(model: ModelDep, data: ClustersRequest) -> dict:
+def create_clusters(model: ModelDep, data: ClustersRequest, db: SessionDep) -> dict:
     """Kernel k-means cluster labels of every object."""
-    labels = service.kernel_clusters(model, data.n_clusters, data.random_state)
+    labels = service.serve(
+        db, model, "clusters", n_clusters=data.n_clusters, random_state=data.random_state
+    )
     return {"n_clusters": data.n_clusters, "labels": [int(v) for v in labels]}
 
 
@@ -116,38 +117,38 @@ def read_neighbors(
     model: ModelDep, db: SessionDep, index: int, k: Annotated[int, Query(ge=1)] = 10
 ) -> list[dict]:
     """The k objects most similar to ``index``."""
-    return service.neighbors(db, model, index, k)
+    return service.serve(db, model, "neighbors", index=index, k=k)
 
 
 @routes("GET", "/kernel", response_class=Response)
 def read_kernel(
-    model: ModelDep, format: Annotated[str, Query(pattern="^npy$")] = "npy"
+    model: ModelDep, db: SessionDep, format: Annotated[str, Query(pattern="^npy$")] = "npy"
 ) -> Response:
     """The kernel matrix K as a NumPy file (413 for projects too large to ship it)."""
     buffer = io.BytesIO()
-    np.save(buffer, service.kernel_matrix_npy(model), allow_pickle=False)
+    np.save(buffer, service.serve(db, model, "kernel"), allow_pickle=False)
     return Response(buffer.getvalue(), media_type="application/octet-stream")
 
 
 @routes("GET", "/metric")
-def read_metric(model: ModelDep) -> dict:
+def read_metric(model: ModelDep, db: SessionDep) -> dict:
     """MetricBoost's learned dissimilarity: M (normalized) or the weak models (binary)."""
-    return service.metric_description(model)
+    return service.serve(db, model, "metric")
 
 
 @routes("POST", "/triplets")
 def predict_triplets(model: ModelDep, data: TripletsRequest, db: SessionDep) -> dict:
     """Whether the learned metric says a is closer to b than to c, per triplet."""
-    return {"closer": service.metric_triplets(db, model, data.triplets)}
+    return {"closer": service.serve(db, model, "triplets", triplets=data.triplets)}
 
 
 @routes("GET", "/ranking")
 def read_ranking(model: ModelDep, db: SessionDep) -> list[dict]:
     """Objects ordered by SVMcompare's ranking function r(x), best first."""
-    return service.ranking(db, model)
+    return service.serve(db, model, "ranking")
 
 
 @routes("POST", "/compare")
 def compare_pairs(model: ModelDep, data: PairsRequest, db: SessionDep) -> dict:
     """SVMcompare's verdict per pair [a, b]: −1 a better, 0 about the same, 1 b better."""
-    return {"outcomes": service.compare(db, model, data.pairs)}
+    return {"outcomes": service.serve(db, model, "compare", pairs=data.pairs)}

@@ -17,9 +17,9 @@ from app.schemas.models import (
     RetrainPolicy,
     TrainRequest,
 )
-from app.services import jobs as job_service
 from app.services import models as model_service
-from app.services import retrain as retrain_service
+from app.training import jobs as job_service
+from app.training import retrain as retrain_service
 
 router = APIRouter(tags=["training"])
 

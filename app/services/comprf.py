@@ -13,16 +13,10 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-import numpy as np
 from sqlalchemy import bindparam, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.active.comprf import (
-    ComparisonForestStrategy,
-    Forest,
-    forest_predictions,
-    question_key,
-)
+from app.active.comprf import ComparisonForestStrategy, Forest, question_key
 from app.active.planner import Planner
 from app.db.models import Answer, Object, Project, Query, Question, StrategyState, utcnow
 from app.errors import InvalidInput
@@ -368,44 +362,3 @@ def forest_snapshot(db: Session, project: Project, position: int | None) -> dict
         )
     )
     return {"position": position, "forest": current[position], "questions_asked": int(asked or 0)}
-
-
-def comprf_requirements(data: Any) -> list[str]:
-    """What a comprf model lacks (the 422 reasons), in words."""
-    if data.forest is None:
-        return ["comprf needs a plan with a comprf strategy (at that position): PUT one first"]
-    has_targets = bool(np.any(~np.isnan(data.targets))) if len(data.targets) else False
-    has_labels = any(label is not None for label in data.labels)
-    if not (has_targets or has_labels):
-        return ["comprf needs labelled objects (or numeric targets) to predict from"]
-    return []
-
-
-def train_comprf(data: Any, params: Any, progress: Any) -> Any:
-    """A snapshot of the crowd-built forest: predictions per object and honest figures
-    (leave-one-out over the labelled objects, each predicted from its leaf-mates only)."""
-    from app.services.trainers import Trained  # trainers imports this module
-
-    snap = data.forest
-    forest: Forest = snap["forest"]
-    progress(0.2, "predicting from the leaves")
-    targets = [None if np.isnan(t) else float(t) for t in data.targets]
-    labels = list(data.labels)
-    rows, figures = forest_predictions(forest, labels, targets)
-    per_tree = forest.progress()
-    metrics = {
-        **figures,
-        "strategy_position": snap["position"],
-        "questions_asked": snap["questions_asked"],
-        "answers_used": forest.n_answers,
-        "n_trees": len(per_tree),
-        "nodes_split": sum(t["nodes_split"] for t in per_tree),
-        "nodes_waiting": sum(t["nodes_waiting"] for t in per_tree),
-        "complete": not forest.pending(),
-    }
-    known = [
-        (t is not None) if figures["task"] == "regression" else (y is not None)
-        for y, t in zip(labels, targets, strict=True)
-    ]
-    predictions = [row for row, is_known in zip(rows, known, strict=True) if not is_known]
-    return Trained({"predictions": predictions, "task": figures["task"]}, metrics)

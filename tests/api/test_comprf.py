@@ -10,9 +10,9 @@ from sqlalchemy import delete, func, select
 from app.active.comprf import ForestParams, replay
 from app.db.models import Answer, Job, Project, Question, StrategyState
 from app.services.comprf import forests
-from app.services.jobs import claim_next
-from app.services.retrain import schedule_due
-from app.services.training import run_training
+from app.training.jobs import claim_next
+from app.training.retrain import schedule_due
+from app.training.run import run_training
 from tests.factories import answer, make_project, open_session, set_plan
 
 N = 16

@@ -11,9 +11,9 @@ import numpy as np
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from app.jobs.executor import Executor
-from app.jobs.runner import JobRunner
 from app.learning.triplets import make_random_triplets
+from app.training.executor import Executor
+from app.training.runner import JobRunner
 from tests.factories import committed_requests
 
 

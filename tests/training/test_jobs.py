@@ -12,7 +12,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from app.db.models import Job, Project, utcnow
-from app.jobs.executor import DaskExecutor, ProcessExecutor
+from app.training.executor import DaskExecutor, ProcessExecutor
 from tests.training.helpers import committed_client, make_runner, make_study, wait_for
 
 

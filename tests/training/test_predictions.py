@@ -13,8 +13,8 @@ from app.learning.kernels import TripletKernel
 from app.learning.metricboost import MetricBoost
 from app.learning.svmcompare import SVMCompare
 from app.learning.tripletboost import TripletBoost
-from app.services.jobs import claim_next
-from app.services.training import run_training
+from app.training.jobs import claim_next
+from app.training.run import run_training
 from tests.training.helpers import StudyData, committed_client, make_study
 
 

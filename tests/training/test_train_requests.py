@@ -86,7 +86,7 @@ def test_unknown_kind_is_422(client, auth_headers, project, db):
 
 def test_flagged_answers_are_left_out_unless_asked(client, auth_headers, project, db):
     from app.db.models import Participant, Project
-    from app.services.training_data import load_training_data
+    from app.training.data import load_training_data
     from tests.factories import answer_all, open_session, set_plan
 
     add(client, auth_headers, WITH_FEATURES, random_triplets(10, 30))

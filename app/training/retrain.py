@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 from app.db.models import Answer, Job, Project
 from app.errors import AppError, NotFound
 from app.schemas.models import RetrainPolicy
-from app.services.jobs import ACTIVE, create_job, parse_params
 from app.services.projects import lock_project
+from app.training.jobs import ACTIVE, create_job, parse_params
 
 
 def set_policy(db: Session, project: Project, policy: RetrainPolicy) -> dict[str, Any]:

@@ -16,7 +16,7 @@ def run_job(job_id: int, database_url: str) -> str:
     """Run a claimed job in this process (a pool worker or a Dask worker); its status."""
     from threadpoolctl import threadpool_limits
 
-    from app.services.training import run_training
+    from app.training.run import run_training
 
     # One BLAS thread per job: on a small machine the web server keeps a core to itself.
     threadpool_limits(limits=1)

@@ -11,18 +11,17 @@ from sqlalchemy.orm import Session
 from app.db.models import Job, Project, utcnow
 from app.db.session import begin_write
 from app.errors import InvalidInput, NotFound
-from app.schemas.models import PARAMS
-from app.services.comprf import forest_snapshot
-from app.services.trainers import requirements
-from app.services.training_data import load_training_data
+from app.training.data import load_training_data
+from app.training.kinds import get_kind
 
 ACTIVE = ("queued", "running")
 STALE_AFTER = timedelta(seconds=30)  # no heartbeat for this long: the job's process is gone
 
 
 def parse_params(kind: str, params: dict):  # type: ignore[no-untyped-def]
+    spec = get_kind(kind)
     try:
-        return PARAMS[kind].model_validate(params)
+        return spec.params.model_validate(params)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -33,9 +32,10 @@ def check_trainable(db: Session, project: Project, kind: str, params: dict) -> N
     """Refuse (422, saying what is missing) a job that could not succeed."""
     parsed = parse_params(kind, params)
     data = load_training_data(db, project, include_flagged=parsed.include_flagged)
-    if kind == "comprf":
-        data.forest = forest_snapshot(db, project, parsed.position)
-    missing = requirements(kind, data, parsed)
+    spec = get_kind(kind)
+    if spec.load is not None:
+        spec.load(db, project, data, parsed)
+    missing = spec.requirements(data, parsed)
     if missing:
         raise InvalidInput("; ".join(missing))
 

@@ -13,10 +13,9 @@ from sqlalchemy.orm import Session
 
 from app.db.models import Job, Model, Project, utcnow
 from app.db.session import begin_write
-from app.services.comprf import forest_snapshot
-from app.services.jobs import parse_params
-from app.services.trainers import TRAINERS, requirements
-from app.services.training_data import load_training_data
+from app.training.data import load_training_data
+from app.training.jobs import parse_params
+from app.training.kinds import get_kind
 
 PROGRESS_EVERY_S = 0.5
 
@@ -81,13 +80,14 @@ def run_training(
         params = parse_params(job.kind, job.params)
         progress(0.0, "loading answers")
         data = load_training_data(db, project, include_flagged=params.include_flagged)
-        if job.kind == "comprf":  # a snapshot of the forest the crowd built
-            data.forest = forest_snapshot(db, project, params.position)
-        missing = requirements(job.kind, data, params)
+        kind = get_kind(job.kind)
+        if kind.load is not None:
+            kind.load(db, project, data, params)
+        missing = kind.requirements(data, params)
         if missing:
             raise ValueError("; ".join(missing))
         db.commit()  # hold no transaction (on SQLite: no lock) while fitting
-        trained = TRAINERS[job.kind](data, params, progress)
+        trained = kind.train(data, params, progress)
         seconds = time.perf_counter() - started
         begin_write(db)
         version = (

@@ -16,10 +16,10 @@ from sqlalchemy import func, select
 
 from app.db.models import Job
 from app.db.session import get_engine, session_factory
-from app.jobs.executor import Executor, make_executor
-from app.jobs.work import run_job
-from app.services import jobs as job_service
-from app.services.retrain import schedule_due
+from app.training import jobs as job_service
+from app.training.executor import Executor, make_executor
+from app.training.retrain import schedule_due
+from app.training.work import run_job
 
 log = logging.getLogger(__name__)
 REQUEUE_EVERY_S = 10.0

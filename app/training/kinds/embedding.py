@@ -1,0 +1,116 @@
+"""Kind ``embedding``: an ordinal embedding of the objects (SOE, t-STE, CKL or GNMDS)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field
+from sklearn.neighbors import KNeighborsClassifier
+from sqlalchemy.orm import Session
+
+from app.db.models import Model, Project
+from app.errors import InvalidInput
+from app.learning.embedding import CKL, GNMDS, SOE, TSTE
+from app.training.data import TrainingData
+from app.training.kinds._common import (
+    ModelKindSpec,
+    Params,
+    Progress,
+    Trained,
+    check_indices,
+    check_k,
+    cv_label_accuracy,
+    fraction_progress,
+    heldout_split,
+    labelled_split,
+    need_triplets,
+)
+
+EMBEDDINGS = {"soe": SOE, "tste": TSTE, "ckl": CKL, "gnmds": GNMDS}
+
+
+class EmbeddingParams(Params):
+    method: Literal["soe", "tste", "ckl", "gnmds"] = "soe"
+    dims: int = Field(default=2, ge=1, le=50)
+
+
+def requirements(data: TrainingData, params: EmbeddingParams) -> list[str]:
+    return need_triplets("embedding", data)
+
+
+def train(data: TrainingData, params: EmbeddingParams, progress: Progress) -> Trained:
+    def fit(triplets: np.ndarray, start: float, span: float):  # type: ignore[no-untyped-def]
+        model = EMBEDDINGS[params.method](
+            n_components=params.dims, random_state=params.random_state
+        )
+        return model.fit(
+            triplets,
+            data.n_objects,
+            callback=fraction_progress(progress, start, span, params.method),
+        )
+
+    train_part, test = heldout_split(len(data.triplets), params.random_state)
+    evaluated = fit(data.triplets[train_part], 0.0, 0.5)
+    final = fit(data.triplets, 0.5, 0.45)
+    metrics: dict[str, Any] = {
+        "n_triplets": len(data.triplets),
+        "heldout_triplets": len(test),
+        "heldout_triplet_accuracy": float(evaluated.score(data.triplets[test])),
+    }
+    points = final.embedding_
+    accuracy = cv_label_accuracy(
+        data.labels,
+        params.random_state,
+        lambda train, y_train, test: (
+            KNeighborsClassifier(n_neighbors=1).fit(points[train], y_train).predict(points[test])
+        ),
+    )
+    if accuracy is not None:
+        metrics["cv_label_accuracy_1nn"] = accuracy
+    return Trained({"estimator": final, "embedding": points}, metrics)
+
+
+def predictions(db: Session, model: Model, artifact: dict[str, Any], k: int = 1) -> list[dict]:
+    """k-NN labels of the unlabelled objects in the embedding."""
+    labelled, y, unlabelled = labelled_split(db, model, k)
+    if len(unlabelled) == 0:
+        return []
+    points = artifact["embedding"]
+    predicted = (
+        KNeighborsClassifier(n_neighbors=k).fit(points[labelled], y).predict(points[unlabelled])
+    )
+    return [{"index": int(i), "label": str(p)} for i, p in zip(unlabelled, predicted, strict=True)]
+
+
+def coordinates(db: Session, model: Model, artifact: dict[str, Any], dims: int) -> np.ndarray:
+    points = artifact["embedding"]
+    if dims != points.shape[1]:
+        raise InvalidInput(
+            f"this embedding has {points.shape[1]} dimensions; ask for dims={points.shape[1]}"
+        )
+    return points
+
+
+def neighbors(
+    db: Session, model: Model, artifact: dict[str, Any], index: int, k: int
+) -> list[dict]:
+    project = db.get(Project, model.project_id)
+    assert project is not None  # a foreign key guarantees it
+    check_indices([index], project.n_objects)
+    check_k(k, project.n_objects)
+    points = artifact["embedding"]
+    distance = np.linalg.norm(points - points[index], axis=1)
+    distance[index] = np.inf
+    order = np.argsort(distance, kind="stable")[:k]
+    return [{"index": int(i), "distance": float(distance[i])} for i in order]
+
+
+KIND = ModelKindSpec(
+    name="embedding",
+    learns="an ordinal embedding: SOE, t-STE, CKL or GNMDS",
+    params=EmbeddingParams,
+    requirements=requirements,
+    train=train,
+    routes={"predictions": predictions, "embedding": coordinates, "neighbors": neighbors},
+)
