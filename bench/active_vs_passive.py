@@ -257,6 +257,8 @@ def http_run(X, y, known, noise, budget, seed, n_trees):
                 if state["status"] in ("succeeded", "failed"):
                     break
                 time.sleep(0.5)
+            if state["status"] != "succeeded":
+                raise RuntimeError(f"the comprf job did not succeed: {state}")
             predictions = api.get(f"/api/models/{state['model_id']}/predictions").json()
             pred = {p["index"]: p["label"] for p in predictions}
             unknown = np.flatnonzero(~known)
