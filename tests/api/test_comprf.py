@@ -228,7 +228,10 @@ def train(client, headers, db, slug: str, params: dict | None = None) -> dict:
     claimed = claim_next(db)
     assert claimed is not None and claimed.id == job.id
     assert run_training(db, claimed.id) == "succeeded", db.get(Job, job.id).error
-    return client.get(f"/api/jobs/{job.id}", headers=headers).json()
+    db.expire_all()  # the job's row was updated with Core statements
+    done = client.get(f"/api/jobs/{job.id}", headers=headers).json()
+    assert done["status"] == "succeeded" and done["model_id"] is not None, done
+    return done
 
 
 def test_comprf_model_predicts_from_the_crowd_built_trees(client, auth_headers, project, db):
