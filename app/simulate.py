@@ -25,6 +25,10 @@ import httpx
 import numpy as np
 
 from app.learning.triplets import make_oracle
+from app.services.issuance import WAITING_MESSAGE
+
+WAIT_S = 0.2  # pause before asking again when the study waits for other workers' answers
+MAX_WAITS = 50  # consecutive waits before a simulated worker gives up
 
 DEFAULT_TIE_MARGIN = 1.0
 
@@ -146,6 +150,7 @@ def simulate(
     def work(number: int) -> None:
         with connect() as client:
             generation = 0
+            waits = 0
             while True:
                 participant = f"sim-{seed}-{number}-{generation}"
                 opened = client.post(
@@ -167,12 +172,23 @@ def simulate(
                         return
                     started = time.perf_counter()
                     if nxt is None:
-                        nxt = client.get(f"/api/w/sessions/{session}/next", headers=headers).json()
+                        fetched = client.get(f"/api/w/sessions/{session}/next", headers=headers)
+                        if fetched.status_code != 200:
+                            give_back()
+                            result.errors.append(fetched.text)
+                            return
+                        nxt = fetched.json()
                     if nxt.get("done"):
                         give_back()
+                        if nxt.get("message") == WAITING_MESSAGE and waits < MAX_WAITS:
+                            waits += 1  # comprf: the next questions wait for other answers
+                            time.sleep(WAIT_S)
+                            nxt = None  # ask again
+                            continue
                         if nxt.get("completion_code") is None:
                             return  # the study has nothing more to ask
                         break
+                    waits = 0
                     query = nxt["query"]
                     choice = answer_for(query)
                     if think_ms:

@@ -67,6 +67,10 @@ class Strategy(ABC):
     def initial_state(self) -> dict[str, Any]:
         return {}
 
+    def answers_wanted(self, proposal: Proposal, plan_redundancy: int) -> int:
+        """How many answers (by distinct participants) a new question of this strategy wants."""
+        return plan_redundancy if self.redundant else 1
+
     def observe(self, state: dict[str, Any], proposal: Proposal, outcome: int) -> dict[str, Any]:
         """The state after ``proposal`` was answered with ``outcome`` (passive: unchanged)."""
         return state

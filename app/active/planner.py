@@ -10,6 +10,7 @@ import numpy as np
 
 from app.active.adaptive import AdaptiveTriplets
 from app.active.base import Proposal, Strategy, step_rng
+from app.active.comprf import ComparisonForestStrategy
 from app.active.gold import GoldQuestions
 from app.active.landmarks import LandmarkK1, LandmarkK2
 from app.active.passive import RandomPairs, RandomTriplets
@@ -23,6 +24,7 @@ STRATEGIES: dict[str, type[Strategy]] = {
         RandomPairs,
         GoldQuestions,
         AdaptiveTriplets,
+        ComparisonForestStrategy,
     )
 }
 
@@ -120,10 +122,16 @@ class Planner:
                 (i for i, p in enumerate(self.planned) if p.strategy is self.gold_source), -1
             )
             return position, self.gold_source.propose({}, step)
-        weights = [self.planned[i].weight for i in open_positions]
-        total = sum(weights)
-        position = open_positions[
-            int(rng.choice(len(open_positions), p=[w / total for w in weights]))
-        ]
-        strategy = self.planned[position].strategy
-        return position, strategy.propose(state["strategies"][position], step)
+        # A strategy with nothing to ask now (comprf waiting for answers) yields to the others.
+        while open_positions:
+            weights = [self.planned[i].weight for i in open_positions]
+            total = sum(weights)
+            position = open_positions[
+                int(rng.choice(len(open_positions), p=[w / total for w in weights]))
+            ]
+            strategy = self.planned[position].strategy
+            proposal = strategy.propose(state["strategies"][position], step)
+            if proposal is not None:
+                return position, proposal
+            open_positions = [i for i in open_positions if i != position]
+        return None

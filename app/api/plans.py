@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from app.api.deps import OwnedProject, SessionDep, SettingsDep
 from app.errors import NotFound
 from app.schemas.plans import Plan, WorkerLinks
+from app.services.comprf import forget_forests, initial_plan_state, plan_progress
 from app.services.issuance import check_plan
 from app.services.projects import lock_project
 
@@ -20,10 +21,21 @@ def update_plan(project: OwnedProject, plan: Plan, db: SessionDep) -> Plan:
     """Set what to collect. Questions already issued stay valid; budgets count afresh."""
     check_plan(project, plan)
     lock_project(db, project)
+    state = initial_plan_state(db, project, plan)  # comprf: the objects its trees are built on
     project.plan = plan.model_dump(mode="json")
-    project.plan_state = None
+    project.plan_state = state
+    forget_forests(db, project)
     db.commit()
     return plan
+
+
+@router.get("/plan/progress")
+def read_plan_progress(project: OwnedProject, db: SessionDep) -> dict:
+    """Per strategy: questions asked, answers received and its budget; for comprf, the
+    nodes split and waiting and the depth of each tree."""
+    if project.plan is None:
+        raise NotFound(f"project {project.slug!r} has no plan yet: PUT one first")
+    return {"strategies": plan_progress(db, project)}
 
 
 @router.get("/plan", response_model=Plan)

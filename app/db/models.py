@@ -281,6 +281,27 @@ class Answer(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+class StrategyState(Base):
+    """What a learning strategy of a project's plan knows (a crowd-built comprf forest).
+
+    Derived data: it can always be rebuilt by replaying the answers. ``floor_id``: every
+    answer up to it is applied; ``recent``: the ids above it already applied (answers
+    may commit out of id order on PostgreSQL, so the last few seconds are read again).
+    """
+
+    __tablename__ = "strategy_states"
+
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(40))
+    state: Mapped[dict[str, Any]] = mapped_column(JSON)
+    floor_id: Mapped[int] = mapped_column(BigInteger, default=0)
+    recent: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 class Job(Base):
     __tablename__ = "jobs"
     # SQLite: never reuse the id of a deleted job (it names the job in the API).

@@ -28,6 +28,7 @@ from app.db.models import Object, Project, Query, Question, WorkSession, utcnow
 from app.db.session import begin_write, ensure_write, writing
 from app.errors import InvalidInput
 from app.schemas.plans import Plan
+from app.services.comprf import prepared_planner, waiting_for_answers
 from app.services.sessions import (
     authenticate_session_in_project,
     completion_code,
@@ -37,6 +38,10 @@ from app.services.sessions import (
 MAX_PROPOSALS = 100  # proposals tried per issue before the plan counts as exhausted
 MIN_ANSWERS_BEFORE_REPEAT = 3
 EXHAUSTED_MESSAGE = "This study has collected all the answers it needs. Thank you!"
+WAITING_MESSAGE = (
+    "The next questions wait for answers other workers are giving now. "
+    "Please ask again in a minute."
+)
 M = TypeVar("M", Query, Question)
 
 
@@ -214,10 +219,14 @@ def next_query(
     rng = np.random.default_rng([plan.seed, _session_number(work.id), work.answered, 7])
     question, is_repeat = _repeat_question(db, work, plan, rng)
     created = False
+    learning = prepared_planner(db, project, plan)  # comprf: its trees, current; else None
     if question is None:
         question = _open_question(db, project, work)
     if question is None:
-        question, created = _new_question(db, project, work, plan)
+        question, created = _new_question(db, project, work, plan, learning)
+    if question is None and waiting_for_answers(learning):  # comprf: the session goes on
+        db.commit()
+        return Issued(None, done=True, message=WAITING_MESSAGE)
     if question is None:
         message = EXHAUSTED_MESSAGE
         if work.answered:
@@ -241,7 +250,10 @@ def _hold_for_issuing(db: Session, project: Project, work: WorkSession) -> None:
         return
     if not writing(db):
         begin_write(db)
-    db.refresh(project, with_for_update=True)
+    # FOR NO KEY UPDATE, not FOR UPDATE: an answer being recorded inserts a row referencing
+    # the project (its foreign key check takes KEY SHARE on it) while holding its question's
+    # row, which issuing may update; FOR UPDATE would block that check and deadlock.
+    db.refresh(project, with_for_update={"key_share": True})
     db.refresh(work)
 
 
@@ -307,11 +319,11 @@ def _open_question(db: Session, project: Project, work: WorkSession) -> Question
 
 
 def _new_question(
-    db: Session, project: Project, work: WorkSession, plan: Plan
+    db: Session, project: Project, work: WorkSession, plan: Plan, planner: Planner | None = None
 ) -> tuple[Question | None, bool]:
     """Ask the plan's strategies for a question this participant has not seen; and whether
     it was created now (with its first place taken, see :func:`_create_question`)."""
-    planner = planner_for(project, plan)
+    planner = planner or planner_for(project, plan)
     state: dict[str, Any] = project.plan_state or planner.initial_state()
     step = project.plan_step
     try:
@@ -350,7 +362,7 @@ def _create_question(
 ) -> Question | None:
     """The question of ``proposal``, inserted now; None if the project has it already."""
     strategy = planner.planned[position].strategy if position >= 0 else planner.gold_source
-    wanted = plan.redundancy if strategy is not None and strategy.redundant else 1
+    wanted = strategy.answers_wanted(proposal, plan.redundancy) if strategy is not None else 1
     objects = [*proposal.objects, None][:3]
     values = {
         "project_id": project.id,

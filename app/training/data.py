@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from sqlalchemy import select
@@ -30,6 +31,8 @@ class TrainingData:
     n_answers: int
     first_answer_id: int | None
     last_answer_id: int | None
+    #: comprf: the crowd-built forest and the plan's figures (see app.services.comprf)
+    forest: Any = None
 
     @property
     def labelled(self) -> np.ndarray:

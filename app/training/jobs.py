@@ -32,7 +32,10 @@ def check_trainable(db: Session, project: Project, kind: str, params: dict) -> N
     """Refuse (422, saying what is missing) a job that could not succeed."""
     parsed = parse_params(kind, params)
     data = load_training_data(db, project, include_flagged=parsed.include_flagged)
-    missing = get_kind(kind).requirements(data, parsed)
+    spec = get_kind(kind)
+    if spec.load is not None:
+        spec.load(db, project, data, parsed)
+    missing = spec.requirements(data, parsed)
     if missing:
         raise InvalidInput("; ".join(missing))
 

@@ -97,6 +97,8 @@ def run_training(
         progress(0.0, "loading answers")
         data = load_training_data(db, project, include_flagged=params.include_flagged)
         kind = get_kind(job.kind)
+        if kind.load is not None:
+            kind.load(db, project, data, params)
         missing = kind.requirements(data, params)
         if missing:
             raise ValueError("; ".join(missing))

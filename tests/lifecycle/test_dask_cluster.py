@@ -96,6 +96,10 @@ def train(client, headers, slug: str, kind: str, **params):  # type: ignore[no-u
 def test_every_model_kind_trains_on_the_cluster(live, runner: JobRunner):
     client, headers = live
     study = make_study(client, headers, n=30, n_triplets=600, n_pairs=120)
+    # comprf snapshots the forest of the plan's comprf strategy: give the study one.
+    plan = {"strategies": [{"kind": "comprf", "params": {"n_trees": 2}}]}
+    response = client.put(f"/api/projects/{study.slug}/plan", json=plan, headers=headers)
+    assert response.status_code == 200, response.text
     jobs = {kind: train(client, headers, study.slug, kind) for kind in KINDS}
     for kind, job_id in jobs.items():
         done = wait_for(client, headers, job_id, runner, timeout=300)

@@ -68,6 +68,8 @@ class ModelKindSpec:
         empty when a job could succeed.
     train : callable ``(data, params, progress) -> Trained``
         Fits the served model and measures its figures.
+    load : callable ``(db, project, data, params) -> None``, optional
+        Reads what the kind needs beyond the answers onto ``data`` (comprf: its forest).
     routes : mapping of route name to ``route(db, model, artifact, **query)``
         The prediction routes (``app/api/predictions.py``) this kind answers; ``artifact``
         is what ``train`` stored, loaded once per process.
@@ -83,6 +85,9 @@ class ModelKindSpec:
     train: Callable[[TrainingData, Any, Progress], Trained]
     routes: Mapping[str, Route] = field(default_factory=dict)
     metric: str = "heldout_triplet_accuracy"
+    #: what the kind reads from the database beyond the answers, onto ``data`` (comprf: the
+    #: forest the crowd built); ``load(db, project, data, params)``, before ``requirements``
+    load: Callable[[Session, Any, TrainingData, Any], None] | None = None
 
 
 # -- requirements shared by several kinds --------------------------------------------------
