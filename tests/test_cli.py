@@ -140,7 +140,7 @@ def test_simulate_then_train_from_the_command_line(server):
     assert "pair answers" in refused.stderr
     unknown = run(env, "train", "digits-demo", "psychic")
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
-    assert "unknown model kind 'psychic'; the kinds are embedding, kernel" in unknown.stderr
+    assert "unknown model kind 'psychic'; the kinds are comprf, embedding, kernel" in unknown.stderr
 
 
 def test_simulate_says_in_one_line_what_stops_it(server):

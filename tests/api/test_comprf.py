@@ -258,7 +258,7 @@ def test_comprf_model_predicts_from_the_crowd_built_trees(client, auth_headers, 
     assert metrics["complete"] is False  # the late object still waits at the roots
     predictions = client.get(
         f"/api/models/{job['model_id']}/predictions", headers=auth_headers
-    ).json()
+    ).json()["data"]
     assert [p["index"] for p in predictions] == list(range(6, N + 1))
     by_index = {p["index"]: p for p in predictions}
     assert by_index[N]["label"] is None and by_index[N]["trees_placed"] == 0
@@ -270,7 +270,7 @@ def test_comprf_model_predicts_from_the_crowd_built_trees(client, auth_headers, 
     latest = client.get(
         f"/api/projects/{project}/models/comprf/latest/predictions", headers=auth_headers
     )
-    assert latest.json() == predictions
+    assert latest.json()["data"] == predictions
 
 
 def test_comprf_regression_gives_mean_target_and_spread(client, auth_headers, db):
@@ -287,7 +287,7 @@ def test_comprf_regression_gives_mean_target_and_spread(client, auth_headers, db
     metrics = model["metrics"]
     assert metrics["task"] == "regression" and metrics["loo_rmse"] < 5.0
     predictions = client.get(f"/api/models/{job['model_id']}/predictions", headers=auth_headers)
-    rows = predictions.json()
+    rows = predictions.json()["data"]
     assert [r["index"] for r in rows] == list(range(8, N))
     assert all(abs(r["target"] - x_of(r["index"])) < 5 and r["spread"] >= 0 for r in rows)
 
@@ -306,4 +306,4 @@ def test_automatic_retraining_builds_comprf_models(client, auth_headers, project
         f"/api/projects/{project}/models/comprf/latest/predictions", headers=auth_headers
     )
     assert latest.status_code == 200
-    assert len(latest.json()) == N - 6
+    assert latest.json()["count"] == len(latest.json()["data"]) == N - 6

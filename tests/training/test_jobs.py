@@ -87,8 +87,9 @@ def test_cancel_a_queued_job(live, engine, pool):
 
 def test_cancel_a_running_job(live, engine, pool):
     client, headers = live
-    study = make_study(client, headers)
-    job = train(client, headers, study.slug, "tripletboost", n_estimators=1_000_000, cv_folds=2)
+    # Long enough to be caught running on a quiet machine: 21 fits of 10^6 rounds each.
+    study = make_study(client, headers, n_triplets=6000)
+    job = train(client, headers, study.slug, "tripletboost", n_estimators=1_000_000, cv_folds=20)
     runner = make_runner(engine, pool)
     deadline = time.monotonic() + 60
     while client.get(f"/api/jobs/{job['id']}", headers=headers).json()["progress"] <= 0.0:
@@ -120,8 +121,9 @@ def test_restart_requeues_a_job_whose_process_is_gone(live, engine, pool):
 
 def test_a_job_whose_process_dies_is_marked_failed(live, engine):
     client, headers = live
-    study = make_study(client, headers)
-    job = train(client, headers, study.slug, "tripletboost", n_estimators=1_000_000, cv_folds=2)
+    # Long enough to be caught running on a quiet machine: 21 fits of 10^6 rounds each.
+    study = make_study(client, headers, n_triplets=6000)
+    job = train(client, headers, study.slug, "tripletboost", n_estimators=1_000_000, cv_folds=20)
     executor = ProcessExecutor(workers=1)
     try:
         runner = make_runner(engine, executor)
