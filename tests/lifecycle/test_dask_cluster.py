@@ -111,8 +111,9 @@ def test_every_model_kind_trains_on_the_cluster(live, runner: JobRunner):
 
 def test_a_worker_killed_mid_job_fails_the_job(live, runner: JobRunner):
     client, headers = live
-    study = make_study(client, headers, n=30, n_triplets=600, n_pairs=10)
-    job_id = train(client, headers, study.slug, "tripletboost", n_estimators=1_000_000)
+    # Long enough to be caught training on a quiet machine: 21 fits of 10^6 rounds.
+    study = make_study(client, headers, n=30, n_triplets=6000, n_pairs=10)
+    job_id = train(client, headers, study.slug, "tripletboost", n_estimators=1_000_000, cv_folds=20)
     deadline = time.monotonic() + 180
     while True:
         runner.tick()

@@ -37,10 +37,12 @@ def test_sigterm_leaves_no_process_and_requeues_the_running_job(kind: str, tmp_p
     try:
         headers = {"Authorization": f"Bearer {server.admin_key()}"}
         with httpx.Client(base_url=server.base, timeout=30) as client:
-            study = make_study(client, headers, n_triplets=600, n_pairs=10)
+            # Long enough to be caught training on a quiet machine: 21 fits of 10^6 rounds.
+            study = make_study(client, headers, n_triplets=6000, n_pairs=10)
+            params = {"n_estimators": 1_000_000, "cv_folds": 20}
             created = client.post(
                 f"/api/projects/{study.slug}/models",
-                json={"kind": "tripletboost", "params": {"n_estimators": 1_000_000}},
+                json={"kind": "tripletboost", "params": params},
                 headers=headers,
             )
             assert created.status_code == 202, created.text
