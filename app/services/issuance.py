@@ -25,7 +25,7 @@ from app.active.base import Proposal
 from app.active.planner import Planner
 from app.config import get_settings
 from app.db.models import Object, Project, Query, Question, WorkSession, utcnow
-from app.db.session import begin_write, ensure_write, writing
+from app.db.session import ensure_write
 from app.errors import InvalidInput
 from app.schemas.plans import Plan
 from app.services.comprf import prepared_planner, waiting_for_answers
@@ -172,7 +172,7 @@ def next_for_session(
     """
     ensure_write(db)
     work, project = authenticate_session_in_project(db, session_id, authorization, hold=True)
-    issued = next_query(db, project, work, held=True)
+    issued = next_query(db, project, work)
     db.commit()
     return work, project, issued
 
@@ -182,14 +182,14 @@ def next_query(
     project: Project,
     work: WorkSession,
     *,
-    held: bool = False,
     none_open: bool = False,
     expire_every: float = 0.0,
 ) -> Issued:
     """The session's open question, or a newly issued one, or the end of the session.
 
-    ``held``: the transaction already holds ``project`` and read ``work`` and ``project``
-    since (see ``authenticate_session_in_project(hold=True)``), so issuing needs no lock.
+    The transaction must already hold ``project`` and have read ``work`` and ``project``
+    since (``authenticate_session_in_project(hold=True)``): issuing is serialised per project
+    by that hold, on SQLite by the write lock taken before the first read.
     ``none_open``: the session is known to hold no open question. ``expire_every``: free
     expired leases of the project only if this process has not in that many seconds (leases
     last minutes; one statement less per question). The caller commits (the question issued
@@ -203,12 +203,6 @@ def next_query(
     if not project.plan or work.total == 0:
         return Issued(None, done=True, message="This study is not collecting answers right now.")
 
-    if not held:
-        _hold_for_issuing(db, project, work)
-        if not project.plan:  # the plan was removed (or the project is being deleted) meanwhile
-            return Issued(
-                None, done=True, message="This study is not collecting answers right now."
-            )
     if work.answered >= work.total:
         finish_session(db, work)
         return Issued(None, done=True)
@@ -225,7 +219,6 @@ def next_query(
     if question is None:
         question, created = _new_question(db, project, work, plan, learning)
     if question is None and waiting_for_answers(learning):  # comprf: the session goes on
-        db.commit()
         return Issued(None, done=True, message=WAITING_MESSAGE)
     if question is None:
         message = EXHAUSTED_MESSAGE
@@ -236,25 +229,6 @@ def next_query(
     query = _issue(db, project, work, question, is_repeat, rng, now, place_taken=created)
     objects = query_objects(db, project, query)
     return Issued(query, objects=objects)
-
-
-def _hold_for_issuing(db: Session, project: Project, work: WorkSession) -> None:
-    """Hold ``project`` until commit, with it and ``work`` current, so that issuing is
-    serialised per project.
-
-    On SQLite the write lock taken before this request's first read (see
-    :func:`next_for_session`) already holds the whole database, and what was read under it
-    is current. Otherwise the project's row is locked and both are read again.
-    """
-    if writing(db) and db.get_bind().dialect.name == "sqlite":
-        return
-    if not writing(db):
-        begin_write(db)
-    # FOR NO KEY UPDATE, not FOR UPDATE: an answer being recorded inserts a row referencing
-    # the project (its foreign key check takes KEY SHARE on it) while holding its question's
-    # row, which issuing may update; FOR UPDATE would block that check and deadlock.
-    db.refresh(project, with_for_update={"key_share": True})
-    db.refresh(work)
 
 
 _expired_at: dict[int, float] = {}  # project id -> when this process last freed its leases

@@ -113,9 +113,7 @@ def answer_and_next(
         return work, project, issued
     # Having just answered its question, the session holds no other: a session is issued
     # one at a time, under the same hold.
-    issued = next_query(
-        db, project, work, held=True, none_open=stored, expire_every=EXPIRE_LEASES_EVERY
-    )
+    issued = next_query(db, project, work, none_open=stored, expire_every=EXPIRE_LEASES_EVERY)
     if commit:
         db.commit()
     return work, project, issued
