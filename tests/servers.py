@@ -1,4 +1,4 @@
-"""Real `tripletlab serve` processes (and their databases) for the lifecycle tests.
+"""Real `tripletlab serve` processes (and their databases) for the tests that need one.
 
 A :class:`Server` is the command a user runs, on a port of its own; it can be stopped
 politely (SIGTERM), killed (SIGKILL) and started again on the same database.
@@ -136,6 +136,16 @@ class Server:
         assert self.process is not None
         self.process.kill()
         self.process.wait(timeout=30)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL if it has not exited within ``timeout`` seconds."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.close()
 
     def close(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -8,16 +8,12 @@ key, and ``localhost:8000`` the live server's address.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 from sqlalchemy.orm import Session
@@ -25,6 +21,7 @@ from sqlalchemy.orm import Session
 from app.db.migrate import upgrade
 from app.db.session import make_engine
 from app.services.auth import create_key
+from tests.servers import Server
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
@@ -42,55 +39,19 @@ def walkthrough() -> list[str]:
 
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    port = _free_port()
-    env = {
-        **os.environ,
-        "TRIPLETLAB_DATABASE_URL": f"sqlite:///{tmp_path / 'readme.db'}",
-        "TRIPLETLAB_DATA_DIR": str(tmp_path / "data"),
-        "TRIPLETLAB_DEMO": "false",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-    }
-    engine = make_engine(env["TRIPLETLAB_DATABASE_URL"])
+    database_url = f"sqlite:///{tmp_path / 'readme.db'}"
+    engine = make_engine(database_url)
     upgrade(engine)
     with Session(engine) as db:
         _, key = create_key(db, "researcher", "readme")
     engine.dispose()
-    log = (tmp_path / "server.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        cwd=tmp_path,
-        stdout=log,
-        stderr=subprocess.STDOUT,
+    served = Server(database_url, tmp_path / "data", {"TRIPLETLAB_RUN_JOBS": "true"}).start(
+        timeout=120
     )
-    url = f"127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-            try:
-                if httpx.get(f"http://{url}/openapi.json", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the server did not start in 120 s"
-            time.sleep(0.2)
-        yield url, key
+        yield f"127.0.0.1:{served.port}", key
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        served.stop()
 
 
 def test_the_walkthrough_has_the_steps_it_claims():

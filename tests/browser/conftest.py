@@ -1,6 +1,6 @@
 """Browser-test fixtures: a real server in a subprocess, Debian's Chromium through Playwright.
 
-The server is ``tripletlab serve`` (``python -m app.cli serve``) on a free port, on a fresh
+The server is ``tripletlab serve`` (``tests/servers.py``) on a free port, on a fresh
 SQLite database in a temporary directory, migrated and given an admin key beforehand.
 Projects are set up through the researcher REST API, answers read back from it.
 """
@@ -8,9 +8,6 @@ Projects are set up through the researcher REST API, answers read back from it.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,8 @@ from sqlalchemy.orm import Session
 from app.db.migrate import upgrade
 from app.db.session import make_engine
 from app.services.auth import create_key
-from tests.browser.support import Server, free_port
+from tests import servers
+from tests.browser.support import Server
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -34,55 +32,24 @@ SERVER_START_TIMEOUT = 120.0  # seconds; the shared test machine can be slow to 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("browser-server")
-    port = free_port()
-    env = {
-        **os.environ,
-        "TRIPLETLAB_DATABASE_URL": f"sqlite:///{root / 'tripletlab.db'}",
-        "TRIPLETLAB_DATA_DIR": str(root / "data"),
-        "TRIPLETLAB_DEMO": "false",
-        "TRIPLETLAB_PUBLIC_URL": "",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-    }
+    database_url = f"sqlite:///{root / 'tripletlab.db'}"
     # Migrate and create the admin key in-process (the CLI would do the same, slower).
-    engine = make_engine(env["TRIPLETLAB_DATABASE_URL"])
+    engine = make_engine(database_url)
     upgrade(engine)
     with Session(engine) as db:
         _, key = create_key(db, "admin", "browser tests")
     engine.dispose()
-    log = (root / "server.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        cwd=root,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
-    deadline = time.monotonic() + SERVER_START_TIMEOUT
-    while True:
-        if process.poll() is not None:
-            log.close()
-            pytest.fail(f"the server exited: {(root / 'server.log').read_text()[-3000:]}")
-        try:
-            if api.get("/api/projects").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            process.terminate()
-            pytest.fail(f"the server did not start in {SERVER_START_TIMEOUT:.0f} s")
-        time.sleep(0.2)
+    served = servers.Server(
+        database_url,
+        root / "data",
+        {"TRIPLETLAB_RUN_JOBS": "true", "TRIPLETLAB_PUBLIC_URL": ""},
+    ).start(timeout=SERVER_START_TIMEOUT)
+    api = httpx.Client(base_url=served.base, headers={"Authorization": f"Bearer {key}"}, timeout=30)
     try:
-        yield Server(url=url, api=api)
+        yield Server(url=served.base, api=api)
     finally:
         api.close()
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+        served.stop()
 
 
 @pytest.fixture(scope="session")

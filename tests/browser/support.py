@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import socket
 import zipfile
 from dataclasses import dataclass
 from typing import Any
@@ -12,12 +11,6 @@ from typing import Any
 import httpx
 
 _slugs = itertools.count(1)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def plan(

@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +32,8 @@ from app.services.auth import create_key
 from app.simulate import simulate
 from app.training.jobs import claim_job, create_job
 from app.training.run import run_training
+from tests import servers
 from tests.browser.conftest import REPO, SERVER_START_TIMEOUT
-from tests.browser.support import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]  # the fixture fills and trains: ~1 min
 
@@ -83,7 +82,6 @@ class Filled:
 @pytest.fixture(scope="module")
 def filled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Filled]:
     root = tmp_path_factory.mktemp("dashboard-server")
-    port = free_port()
     database_url = f"sqlite:///{root / 'tripletlab.db'}"
     env = {
         **os.environ,
@@ -126,26 +124,11 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Filled]:
             .values(name=f"digit {XSS}", text=SCRIPT)
         )
         db.commit()
-    log = (root / "server.log").open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-        env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
+    served = servers.Server(database_url, root / "data", {"TRIPLETLAB_PUBLIC_URL": ""}).start(
+        timeout=SERVER_START_TIMEOUT
+    )
+    url = served.base
     api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin_key}"}, timeout=60)
-    deadline = time.monotonic() + SERVER_START_TIMEOUT
-    while True:
-        if process.poll() is not None:
-            pytest.fail(f"the server exited: {(root / 'server.log').read_text()[-3000:]}")
-        try:
-            if api.get("/api/projects").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if time.monotonic() > deadline:
-            process.terminate()
-            pytest.fail(f"the server did not start in {SERVER_START_TIMEOUT:.0f} s")
-        time.sleep(0.2)
     server = Filled(url, admin_key, researcher_key, database_url, api)
     try:
         # A ranking project of pairs, owned by the researcher, with XSS in names and texts.
@@ -178,12 +161,7 @@ def filled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Filled]:
     finally:
         api.close()
         engine.dispose()
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+        served.stop()
 
 
 def sign_in(page: Any, url: str, key: str) -> None:
