@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+
+from tests.servers import free_port
 
 TRIPLETLAB = str(Path(sys.executable).with_name("tripletlab"))
 
@@ -60,12 +61,6 @@ def test_demo_creates_the_digits_project_once(env):
     assert first.returncode == 0, first.stderr
     assert "created" in first.stdout
     assert "already exists" in run(env, "demo").stdout
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

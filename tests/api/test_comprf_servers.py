@@ -8,12 +8,7 @@ stored state is deleted and a server restarted.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -31,49 +26,21 @@ from app.db.models import Answer, Project, Query, Question, StrategyState
 from app.services.auth import create_key
 from app.services.comprf import forests
 from app.simulate import simulate
+from tests.servers import Server
 
 pytestmark = pytest.mark.slow
-TRIPLETLAB = str(Path(sys.executable).with_name("tripletlab"))
 N_OBJECTS = 24
 PARAMS = {"n_trees": 3, "redundancy": 3, "seed": 11}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
-def serving(url: str, tmp: Path, name: str) -> Iterator[str]:
+def serving(url: str, tmp: Path) -> Iterator[str]:
     """``tripletlab serve`` on the database ``url``; yields its base URL."""
-    env = {
-        **os.environ,
-        "TRIPLETLAB_DATABASE_URL": url,
-        "TRIPLETLAB_DATA_DIR": str(tmp / "data"),
-        "TRIPLETLAB_DEMO": "false",
-        "TRIPLETLAB_RUN_JOBS": "false",
-    }
-    port = free_port()
-    log = tmp / f"{name}.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [TRIPLETLAB, "serve", "--port", str(port)], env=env, stdout=out, stderr=out
-        )
+    server = Server(url, tmp / "data").start(timeout=120)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/docs", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.3)
-        else:
-            pytest.fail(f"server {name} did not start: {log.read_text()}")
-        yield f"http://127.0.0.1:{port}"
+        yield server.base
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        server.stop(timeout=30)
 
 
 def test_two_servers_build_the_trees_a_serial_replay_builds(engine, tmp_path):
@@ -95,7 +62,7 @@ def test_two_servers_build_the_trees_a_serial_replay_builds(engine, tmp_path):
         "queries_per_session": 8,
         "repeat_rate": 0,
     }
-    with serving(url, tmp_path, "a") as first, serving(url, tmp_path, "b") as second:
+    with serving(url, tmp_path) as first, serving(url, tmp_path) as second:
         with httpx.Client(base_url=first, headers=headers, timeout=30) as api:
             assert api.post("/api/projects", json={"slug": slug, "name": slug}).status_code == 201
             assert api.post(f"/api/projects/{slug}/objects", json=objects).status_code == 201
@@ -115,7 +82,7 @@ def test_two_servers_build_the_trees_a_serial_replay_builds(engine, tmp_path):
         for thread in threads:
             thread.join(timeout=600)
         assert not any(thread.is_alive() for thread in threads)
-        logs = "".join((tmp_path / f"{n}.log").read_text()[-3000:] for n in "ab")
+        logs = "".join(log.read_text()[-3000:] for log in (tmp_path / "data").glob("serve-*.log"))
         assert all(not r.errors for r in results), ([r.errors[:3] for r in results], logs)
         progress = httpx.get(f"{second}/api/projects/{slug}/plan/progress", headers=headers)
         entry = progress.json()["strategies"][0]
@@ -149,7 +116,7 @@ def test_two_servers_build_the_trees_a_serial_replay_builds(engine, tmp_path):
         db.commit()
 
     # the stored state is gone: a restarted server rebuilds the same trees from the answers
-    with serving(url, tmp_path, "c") as third:
+    with serving(url, tmp_path) as third:
         again = httpx.get(f"{third}/api/projects/{slug}/plan/progress", headers=headers).json()
         assert again["strategies"][0] == entry
         httpx.delete(f"{third}/api/projects/{slug}?force=true", headers=headers)
