@@ -311,6 +311,8 @@ def test_figures_refresh_while_workers_answer(filled, page):
 def test_admin_page_keys_queue_and_revoke_ends_the_session(filled, page, browser, artifacts):
     sign_in(page, filled.url, filled.admin_key)
     page.goto(f"{filled.url}/dashboard/admin")
+    assert page.title() == "Admin · Triplet Lab"
+    assert page.locator("#timings").count() == 1
     assert page.locator("#queue-table tbody tr").count() == 8
     # Per-endpoint timings of the live server, including the worker API the crowd used.
     endpoints = page.locator("#timings-table tbody tr").all_text_contents()
