@@ -3,7 +3,8 @@
 Protocol on stdin/stdout, one JSON object per line; lines this script sends start with
 "@@ " (anything else on stdout is Salmon's or torch's chatter and is ignored):
 
-- reads the config {"n", "d", "budget", "batch", "checkpoints", "seed", "search_rounds"};
+- reads the config {"n", "d", "budget", "batch", "checkpoints", "seed", "search_rounds",
+  "extra_fits"};
 - sends {"ask": [[head, left, right], ...]} and reads {"left_closer": [bool, ...]},
   one batch of ``batch`` questions at a time; after each batch calls
   ``process_answers`` (which refits Salmon's t-STE) and ``get_queries`` (which scores
@@ -72,6 +73,11 @@ def main():
             winner = left if left_closer else right
             answers.append({"head": head, "left": left, "right": right, "winner": winner})
         sampler.process_answers(answers)
+        for _ in range(config.get("extra_fits", 0)):
+            # Salmon's server keeps calling process_answers while no answers arrive (it
+            # refits on every call, and returns after 20 empty ones): more training per
+            # batch than one call. ``extra_fits`` empty calls stand in for that loop.
+            sampler.process_answers([])
         queue = []  # Salmon clears its queries after every update (process_answers -> True)
         answered += len(questions)
         if answered in checkpoints:

@@ -30,7 +30,7 @@ def wait_idle(client: httpx.Client, headers: dict[str, str], timeout: float = 18
     """Until the project has no queued or running job."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        jobs = client.get("/api/projects/digits-demo/jobs", headers=headers).json()
+        jobs = client.get("/api/projects/digits-demo/jobs", headers=headers).json()["data"]
         if not any(j["status"] in ("queued", "running") for j in jobs):
             return
         time.sleep(2)

@@ -48,6 +48,32 @@ def test_lines_put_y_in_the_unit_interval_and_sort_points():
     assert charts.lines([("empty", [])]) is None
 
 
+def advice(status="reachable", needed=900, reference=None, n_now=400):
+    curve = [{"n_answers": n, "value": v, "low": v - 0.05, "high": v + 0.05}
+             for n, v in ((100, 0.5), (400, 0.7), (1600, 0.8), (100_000, 0.95))]  # fmt: skip
+    return {"metric": "accuracy", "target": 0.9, "status": status, "n_answers": n_now,
+            "answers_needed": needed, "curve": curve, "reference": reference}  # fmt: skip
+
+
+def test_lines_draw_the_advice_near_the_answers_seen():
+    points = [("accuracy", [(100, 0.5), (200, 0.6), (400, 0.7)])]
+    chart = charts.lines(points, advice(reference={"n_answers": 1000}))
+    overlay = chart["advice"]
+    # The axis covers the answers now ×1.5 and the marks within 5× of them, not the
+    # extrapolation to 100,000 answers.
+    assert chart["x_ticks"][-1]["label"] == "1.5k"  # n√n at 1,000 (+10%), on a round tick
+    assert [m["label"] for m in overlay["marks"]] == ["now", "target reached", "n√n"]
+    assert overlay["off_chart"] == []
+    assert overlay["band"].count(",") == 2 * 2  # the curve's points at 100 and 400, up and down
+    assert overlay["target_y"] == pytest.approx(chart["bottom"] - 0.9 * (chart["bottom"] - 14))
+    far = charts.lines(points, advice(needed=50_000, reference={"n_answers": 1500}))
+    assert [m["label"] for m in far["advice"]["off_chart"]] == ["target reached"]
+    assert [m["label"] for m in far["advice"]["marks"]] == ["now", "n√n"]
+    # Out of reach: no "reached" mark at all, wherever the estimate would be.
+    lost = charts.lines(points, advice(status="not_reachable", needed=None))
+    assert [m["label"] for m in lost["advice"]["marks"]] == ["now"]
+
+
 def test_scatter_colours_by_label_and_keeps_names_for_hover():
     objects = [
         SimpleNamespace(name="a <b>", label="x", image_url="/media/a.png"),

@@ -129,11 +129,20 @@ class AdaptiveTriplets(Strategy):
     # ------------------------------------------------------------ scoring, ahead of demand
     def next_anchors(self, state: Mapping[str, Any], count: int) -> tuple[np.ndarray, int]:
         """``count`` anchors round-robin over a seeded order of the objects, and the
-        cursor after them."""
+        position of the first of them.
+
+        The round continues where the questions asked stopped: after the anchors of the
+        previous batch's rows that were handed out (``state["next"]`` of them), not after
+        the whole previous batch, so that no anchor is skipped when a refit lands early.
+        """
         order = np.random.default_rng([self.seed, 1]).permutation(self.n_objects)
-        start = int(state.get("cursor", 0))
+        if "start" in state:
+            start = int(state["start"]) + int(state.get("next", 0))
+        else:  # a state from before "start" was kept, or none
+            start = int(state.get("cursor", 0))
+        start %= self.n_objects
         positions = (start + np.arange(count)) % self.n_objects
-        return order[positions], int((start + count) % self.n_objects)
+        return order[positions], start
 
     def refreshed_state(
         self,
@@ -144,14 +153,17 @@ class AdaptiveTriplets(Strategy):
         model_id: int | None = None,
         answer_id: int | None = None,
     ) -> dict[str, Any]:
-        """A new state holding a freshly scored batch (most informative first).
+        """A new state holding a freshly scored batch: for each anchor in round-robin
+        order, the most informative candidate of its pool (Salmon's ARR: every head in
+        turn, each with its best question — not the globally most uncertain questions,
+        which kept returning to the same few anchors).
 
         ``triplets`` are the answers the model saw; ``embedding`` its points (kind
         ``"embedding"``). Deterministic given the state, the inputs and the seed.
         """
         version = int(state.get("refreshes", 0)) + 1
         rng = np.random.default_rng([self.seed, 2, version])
-        anchors, cursor = self.next_anchors(state, self.batch_size)
+        anchors, start = self.next_anchors(state, self.batch_size)
         if self.variant == "embedding":
             if embedding is None:
                 raise ValueError("kind 'embedding' needs the model's embedding")
@@ -167,9 +179,9 @@ class AdaptiveTriplets(Strategy):
             rows, scores = rank_kernel_triplets(
                 triplets, self.n_objects, self.variant, anchors, self.pool, rng
             )
-        best_first = np.argsort(-scores, kind="stable")
+        del scores  # the order is the anchors' round; each row is its anchor's best
         batch, seen = [], set()
-        for anchor, first, second in rows[best_first].tolist():
+        for anchor, first, second in rows.tolist():
             key = (anchor, min(first, second), max(first, second))
             if key not in seen:  # an anchor drawn twice may score the same pair twice
                 seen.add(key)
@@ -177,7 +189,7 @@ class AdaptiveTriplets(Strategy):
         return {
             "batch": batch,
             "next": 0,
-            "cursor": cursor,
+            "start": start,
             "refreshes": version,
             "model_id": model_id,
             "answer_id": answer_id,

@@ -24,8 +24,10 @@ Two scorers, both given the answers so far and a seeded generator:
   it asks the comparison (feature) that the most other objects already have, weighted
   by ``1 / (1 + shared(i, j))`` so that thinly-known pairs count most.
 
-Both return ``(triplets, scores)`` with one row per anchor (the best of its pool);
-rows whose pool held nothing useful are dropped.
+Both return ``(triplets, scores)`` with one row per anchor (the best of its pool), in
+the anchors' order; rows whose pool held nothing useful are dropped. The embedding
+scorer never proposes a question (anchor and unordered pair) already answered or
+already proposed in the same call.
 """
 
 from __future__ import annotations
@@ -123,15 +125,18 @@ def rank_embedding_triplets(
     order = np.argsort(triplets[:, 0], kind="stable")
     by_anchor = triplets[order]
     starts = np.searchsorted(by_anchor[:, 0], np.arange(n + 1))
+    asked: dict[int, set[int]] = {}  # per anchor, the pairs answered or chosen already
     rows, scores = [], []
     for anchor in np.asarray(anchors, dtype=np.intp):
+        history = by_anchor[starts[anchor] : starts[anchor + 1]]
+        if int(anchor) not in asked:
+            asked[int(anchor)] = set(_pair_codes(history[:, 1], history[:, 2], n).tolist())
         if criterion == "entropy":  # the answer's uncertainty at the anchor's own point
             first, second = _candidate_pairs(n, int(anchor), pool, rng)
             p = answer_probabilities(X[[anchor]], X[first], X[second], method)[0]
             gain = binary_entropy(p)
         else:
             locations = _locations(n, int(anchor), rng)
-            history = by_anchor[starts[anchor] : starts[anchor + 1]]
             # Eq. (5) of Tamuz et al.: posterior ∝ prior × Π p(answer | anchor at location).
             log_w = np.zeros(len(locations))
             if len(history):
@@ -142,10 +147,24 @@ def rank_embedding_triplets(
             first, second = _candidate_pairs(n, int(anchor), pool, rng)
             p = answer_probabilities(X[locations], X[first], X[second], method)  # (L, P)
             gain = binary_entropy(w @ p) - w @ binary_entropy(p)  # Eq. (6)
+        # A question answered before is not asked again: under a model that cannot
+        # place it (a near-tie it gives up), it would stay the most uncertain one and
+        # be asked over and over (26% repeats in 800 noise-free answers on blobs30,
+        # bench/adaptive_diagnostic.py).
+        repeat = np.isin(_pair_codes(first, second, n), list(asked[int(anchor)]))
+        if repeat.all():
+            continue
+        gain = np.where(repeat, -np.inf, gain)
         best = int(np.argmax(gain))
+        asked[int(anchor)].add(int(_pair_codes(first[best], second[best], n)))
         rows.append((int(anchor), int(first[best]), int(second[best])))
         scores.append(float(gain[best]))
     return np.asarray(rows, dtype=np.intp).reshape(-1, 3), np.asarray(scores)
+
+
+def _pair_codes(first: np.ndarray, second: np.ndarray, n: int) -> np.ndarray:
+    """One integer per unordered pair of candidates."""
+    return np.minimum(first, second).astype(np.int64) * n + np.maximum(first, second)
 
 
 def _kernel_features(triplets: np.ndarray, n: int, kernel: str) -> tuple[sp.csr_matrix, dict]:

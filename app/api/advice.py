@@ -20,7 +20,12 @@ def read_advice(
     db: SessionDep,
     kind: Annotated[ModelKind, Query(description="The model kind to advise on.")],
     target: Annotated[
-        float, Query(gt=0, le=1, description="The figure to reach, e.g. 0.9 accuracy.")
+        float,
+        Query(
+            gt=0,
+            description="The figure to reach: an accuracy up to 1 (e.g. 0.9), or for an "
+            "error figure such as a regression forest's loo_rmse the error to get down to.",
+        ),
     ],
     metric: Annotated[
         str | None,
@@ -32,5 +37,6 @@ def read_advice(
 ) -> AdvicePublic:
     """From the models trained so far: the learning curve, a fitted curve with a 90%
     bootstrap band, and how many more answers reach ``target`` (or that it is not
-    reachable at this rate)."""
+    reachable at this rate). Accuracies rise toward the target; an error figure (a
+    regression forest's ``loo_rmse``) falls toward it."""
     return advice_service.advise(db, project, kind, target, metric)

@@ -14,7 +14,7 @@ import json
 import secrets
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import (
     HTMLResponse,
     JSONResponse,
@@ -221,20 +221,30 @@ def sign_out(request: Request, db: SessionDep, _form: CheckedForm) -> Response:
 # --- a project ----------------------------------------------------------------------------
 
 
+# The budget adviser's target on the learning curves unless the page's ?target= says otherwise.
+DEFAULT_TARGET = 0.9
+
+
 def _project_context(
-    request: Request, db: SessionDep, settings: SettingsDep, key: ApiKey, project: Project
-) -> dict[str, Any]:
+    request: Request, db: SessionDep, settings: SettingsDep, key: ApiKey, project: Project,
+    target: float | None = None,
+) -> dict[str, Any]:  # fmt: skip
     objects = figures.objects_of(db, project)
     with_images = any(o.image_url for o in objects)
     scatter = figures.scatter(db, project, objects)
     gallery = figures.gallery(db, project)
     curves = figures.learning_curves(db, project)
+    summaries = figures.model_summaries(db, project)
+    advice = figures.advice_by_kind(
+        db, project, [m["kind"] for m in summaries], target or DEFAULT_TARGET
+    )
     links = read_links(project, request, settings) if project.plan is not None else None
     shown, n_participants, n_flagged = figures.participants(db, project)
+    page = f"/dashboard/projects/{project.slug}"
     return {
         "key": key,
         "project": project,
-        "refresh_url": f"/dashboard/projects/{project.slug}",
+        "refresh_url": page if target is None else f"{page}?target={target:g}",
         "rows": figures.project_rows(db, [project])[0],
         "timeline": charts.timeline(figures.answers_timeline(db, project)),
         "client_hist": charts.histogram(figures.response_times(db, project, "client")),
@@ -253,10 +263,15 @@ def _project_context(
         "links": links,
         "progress": figures.strategy_progress(db, project),
         "curves": {
-            kind: charts.lines([(c.metric, c.points) for c in found])
-            for kind, found in sorted(curves.items())
+            kind: charts.lines(
+                [(c.metric, c.points) for c in curves.get(kind, [])],
+                advice[kind].model_dump() if not isinstance(advice[kind], str) else None,
+            )
+            for kind in sorted(advice)
         },
-        "summaries": figures.model_summaries(db, project),
+        "advice": advice,
+        "target": target or DEFAULT_TARGET,
+        "summaries": summaries,
         "scatter": scatter,
         "scatter_chart": charts.scatter(scatter["points"], with_images) if scatter else None,
         "gallery": gallery,
@@ -271,12 +286,16 @@ def _project_context(
 def read_project_page(
     request: Request, db: SessionDep, settings: SettingsDep, key: DashboardKey,
     slug: Annotated[str, Path(max_length=64)],
+    target: Annotated[
+        float | None,
+        Query(gt=0, le=1, description="The budget adviser's target figure (default 0.9)."),
+    ] = None,
 ) -> HTMLResponse:  # fmt: skip
     try:
         project = get_project(db, slug, key)
     except NotFound:
         return _render(request, "missing.html", {"key": key, "what": "project"}, 404)
-    context = _project_context(request, db, settings, key, project)
+    context = _project_context(request, db, settings, key, project, target)
     return _render(request, "project.html", context)
 
 

@@ -90,6 +90,7 @@ def fit_learning_curve(
     values: ArrayLike,
     *,
     ceiling: float = 1.0,
+    floor: float = 0.0,
     n_boot: int = 200,
     random_state: int = 0,
 ) -> LearningCurveFit:
@@ -97,7 +98,9 @@ def fit_learning_curve(
     fewer than 3 distinct answer counts or the fit does not converge.
 
     The asymptote a is bounded below by the best figure seen and above by ``ceiling``
-    (1 for accuracies).
+    (1 for accuracies); bootstrap values are kept within [``floor``, ``ceiling``]. A figure
+    where lower is better (an error e ≥ 0) is fitted as y = −e with ``ceiling=0`` and
+    ``floor=-inf``: e(n) = −a + b·n^(−c).
     """
     n = np.asarray(n_answers, dtype=float)
     y = np.asarray(values, dtype=float)
@@ -119,7 +122,7 @@ def fit_learning_curve(
     rng = np.random.default_rng(random_state)
     draws = []
     for _ in range(n_boot):
-        resampled = np.clip(fitted + rng.choice(residuals, len(residuals)), 0.0, ceiling)
+        resampled = np.clip(fitted + rng.choice(residuals, len(residuals)), floor, ceiling)
         try:
             draws.append(_fit(n, resampled, ceiling))
         except RuntimeError:

@@ -27,6 +27,7 @@ from app.active.adaptive import AdaptiveTriplets
 from app.db.models import Answer, Job, Model, Project, utcnow
 from app.errors import AppError
 from app.schemas.plans import Plan
+from app.services.imports import visible_answers
 from app.services.issuance import planner_for
 from app.services.projects import lock_project
 from app.training.jobs import ACTIVE, create_job
@@ -81,6 +82,7 @@ def _maybe_refit(db: Session, project: Project, strategy: AdaptiveTriplets) -> i
         select(func.count())
         .select_from(Answer)
         .where(Answer.project_id == project.id, Answer.id > watermark, Answer.kind == "triplet")
+        .where(visible_answers())
     )
     if (new_answers or 0) < strategy.refresh_every:
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 from sqlalchemy import func, select
@@ -10,12 +11,46 @@ from sqlalchemy.orm import Session
 
 from app.db.models import Answer, Model, Project
 from app.errors import InvalidInput
-from app.learning.learning_curve import MIN_POINTS, fit_learning_curve
+from app.learning.learning_curve import MIN_POINTS, LearningCurveFit, fit_learning_curve
 from app.schemas.advice import AdvicePublic, CurveFit, CurvePoint, FittedPoint, Reference
-from app.training.kinds import get_kind
+from app.services.imports import visible_answers
+from app.training.kinds import KINDS, get_kind
 
-# The figure each kind is judged by, unless the request names another of its metrics.
-CURVE_POINTS = 25
+# Points of the fitted curve returned (log-spaced from the first model's answer count on).
+CURVE_POINTS = 40
+
+
+@lru_cache(maxsize=128)
+def _fit(
+    n_answers: tuple[float, ...], values: tuple[float, ...], lower_is_better: bool
+) -> LearningCurveFit:
+    """The fit of these points (deterministic: a fixed bootstrap seed), computed once per
+    process: the 200 bootstrap refits take about a second, and the dashboard asks for every
+    kind's advice on each refresh while the models, and so the points, rarely change. An
+    error is fitted negated (a rising curve below 0), see :func:`fit_learning_curve`."""
+    if lower_is_better:
+        return fit_learning_curve(
+            np.array(n_answers), -np.array(values), ceiling=0.0, floor=-np.inf
+        )
+    return fit_learning_curve(np.array(n_answers), np.array(values))
+
+
+def _main_metric(kind: str, models: list[Model]) -> str:
+    """The kind's accuracy, or its error figure when the models report only that (a
+    regression forest)."""
+    spec = get_kind(kind)
+    reported = {k for m in models for k in (m.metrics or {})}
+    if spec.error_metric and spec.metric not in reported and spec.error_metric in reported:
+        return spec.error_metric
+    return spec.metric
+
+
+# The kinds' error figures (lower is better); every other figure is an accuracy.
+ERROR_METRICS = frozenset(spec.error_metric for spec in KINDS.values() if spec.error_metric)
+
+
+def lower_is_better(metric: str) -> bool:
+    return metric in ERROR_METRICS
 
 
 def _answers_now(db: Session, project: Project) -> int:
@@ -23,7 +58,7 @@ def _answers_now(db: Session, project: Project) -> int:
         db.scalar(
             select(func.count())
             .select_from(Answer)
-            .where(Answer.project_id == project.id)
+            .where(Answer.project_id == project.id, visible_answers())
             .where((Answer.strategy.is_(None)) | (Answer.strategy != "gold"))
         )
         or 0
@@ -51,7 +86,12 @@ def advise(
         )
     )
     models, params = _comparable(models)
-    metric = metric or get_kind(kind).metric
+    metric = metric or _main_metric(kind, models)
+    lower = lower_is_better(metric)
+    if not lower and target > 1:
+        raise InvalidInput(f"target {target} is above 1, the best {metric} can be")
+    sign = -1.0 if lower else 1.0  # the fit and the comparisons run on sign × figure
+    better = "≤" if lower else "≥"
     if models and not any(metric in (m.metrics or {}) for m in models):
         known = sorted(
             {k for m in models for k, v in (m.metrics or {}).items() if isinstance(v, float)}
@@ -83,7 +123,7 @@ def advise(
         message="",
         reference=reference,
     )
-    best = max((p.value for p in points), default=None)
+    best = max((sign * p.value for p in points), default=None)
     distinct = len({p.n_answers for p in points})
     if distinct < MIN_POINTS:
         advice.message = (
@@ -91,48 +131,53 @@ def advise(
             f"{MIN_POINTS} or more at different answer counts (train again as answers arrive, "
             f"or set a retraining policy)"
         )
-        if best is not None and best >= target:
+        if best is not None and best >= sign * target:
             advice.status, advice.further_answers = "reached", 0
-            advice.message = f"reached: {metric} {best:.3f} ≥ {target}"
+            advice.message = f"reached: {metric} {sign * best:.3f} {better} {target}"
         return advice
     n = np.array([p.n_answers for p in points], dtype=float)
-    y = np.array([p.value for p in points])
+    values = np.array([p.value for p in points])
+    y = sign * values
     try:
-        fitted = fit_learning_curve(n, y)
+        fitted = _fit(tuple(n.tolist()), tuple(values.tolist()), lower)
     except ValueError as error:
         advice.message = str(error)
         return advice
     draws = fitted.draws
+    asymptote_range = sorted(sign * np.quantile(draws[:, 0], [0.05, 0.95]))
     advice.fit = CurveFit(
-        asymptote=fitted.a,
-        scale=fitted.b,
+        asymptote=sign * fitted.a,
+        scale=sign * fitted.b,
         exponent=fitted.c,
-        asymptote_low=float(np.quantile(draws[:, 0], 0.05)),
-        asymptote_high=float(np.quantile(draws[:, 0], 0.95)),
+        asymptote_low=float(asymptote_range[0]),
+        asymptote_high=float(asymptote_range[1]),
         residual_sd=fitted.residual_sd,
     )
-    estimate, low, high = fitted.answers_needed(target)
+    estimate, low, high = fitted.answers_needed(sign * target)
     top = max(n.max(), n_now) * 4
     if math.isfinite(estimate):
         top = max(top, min(estimate * 1.2, n.max() * 100))
     grid = np.unique(np.geomspace(n.min(), top, CURVE_POINTS).round().astype(int))
     lows, highs = fitted.band(grid)
+    if lower:
+        lows, highs = -highs, -lows
     advice.curve = [
         FittedPoint(n_answers=int(g), value=float(v), low=float(lo), high=float(hi))
-        for g, v, lo, hi in zip(grid, fitted.predict(grid), lows, highs, strict=True)
+        for g, v, lo, hi in zip(grid, sign * fitted.predict(grid), lows, highs, strict=True)
     ]
-    if best is not None and best >= target:
+    if best is not None and best >= sign * target:
         advice.status, advice.further_answers = "reached", 0
         advice.further_answers_low = advice.further_answers_high = 0
-        advice.answers_needed = int(n[np.argmax(y >= target)])
-        advice.message = f"reached: {metric} {best:.3f} ≥ {target}"
+        advice.answers_needed = int(n[np.argmax(y >= sign * target)])
+        advice.message = f"reached: {metric} {sign * best:.3f} {better} {target}"
         return advice
     if not math.isfinite(estimate):
         advice.status = "not_reachable"
         advice.message = (
-            f"not reachable at this rate: the fitted curve levels off at {fitted.a:.3f} "
-            f"(90% interval {advice.fit.asymptote_low:.3f}–{advice.fit.asymptote_high:.3f}) "
-            f"below the target {target}"
+            f"not reachable at this rate: the fitted curve levels off at "
+            f"{advice.fit.asymptote:.3f} (90% interval {advice.fit.asymptote_low:.3f}–"
+            f"{advice.fit.asymptote_high:.3f}), {'above' if lower else 'below'} the target "
+            f"{target}"
         )
         return advice
     advice.status = "reachable"

@@ -136,12 +136,30 @@ def histogram(bins: Sequence[dict], unit: str = "ms") -> dict[str, Any] | None:
     return {**_frame(x_ticks, y_ticks), "bars": bars, "total": total, "unit": unit}
 
 
-def lines(series: Sequence[tuple[str, Sequence[tuple[float, float]]]]) -> dict[str, Any] | None:
-    """Learning curves: one polyline with dots per named series; y in [0, 1]."""
+def lines(
+    series: Sequence[tuple[str, Sequence[tuple[float, float]]]], advice: dict | None = None
+) -> dict[str, Any] | None:
+    """Learning curves: one polyline with dots per named series; y in [0, 1].
+
+    With ``advice`` (the budget adviser's answer, ``AdvicePublic`` as a dict) the chart
+    also holds its fitted curve with the 90% band, the target, the answers now, the
+    answers the fit needs to reach the target, and a reference sample size. The x axis
+    runs to 1.5 times the answers seen, widened for a mark up to ``ADVICE_SPAN`` times
+    them; a mark farther out is listed in ``advice.off_chart`` instead (an extrapolation
+    to millions of answers would squash the measured points against the y axis).
+    """
     series = [(name, sorted(points)) for name, points in series if points]
     if not series:
         return None
     xs = [x for _, points in series for x, _ in points]
+    curve: list[dict] = []
+    if advice:
+        seen = max(max(xs), advice["n_answers"])
+        xs.append(seen * 1.5)
+        for n in _advice_marks_n(advice):
+            if n <= seen * ADVICE_SPAN:
+                xs.append(n * 1.1)
+        curve = [p for p in advice.get("curve") or [] if p["n_answers"] <= max(xs)]
     x_values = nice_ticks(0, max(xs), 5)
     x = _Scale(0, x_values[-1], PAD_LEFT, WIDTH - PAD_RIGHT)
     y = _Scale(0, 1, HEIGHT - PAD_BOTTOM, PAD_TOP)
@@ -161,7 +179,71 @@ def lines(series: Sequence[tuple[str, Sequence[tuple[float, float]]]]) -> dict[s
         )
     x_ticks = [{"at": x(v), "label": _fmt(v)} for v in x_values]
     y_ticks = [{"at": y(v), "label": f"{v:g}"} for v in (0, 0.25, 0.5, 0.75, 1.0)]
-    return {**_frame(x_ticks, y_ticks), "series": drawn}
+    chart = {**_frame(x_ticks, y_ticks), "series": drawn, "advice": None}
+    if advice:
+        chart["advice"] = _advice_overlay(advice, curve, drawn, x, y, x_values[-1])
+    return chart
+
+
+# How far beyond the answers seen the learning-curve chart widens to show an advice mark.
+ADVICE_SPAN = 5
+
+
+def _advice_marks_n(advice: dict) -> list[int]:
+    found = []
+    if advice["status"] == "reachable" and advice.get("answers_needed") is not None:
+        found.append(advice["answers_needed"])
+    if advice.get("reference"):
+        found.append(advice["reference"]["n_answers"])
+    return found
+
+
+def _advice_overlay(
+    advice: dict, curve: list[dict], drawn: list[dict], x: _Scale, y: _Scale, x_max: float
+) -> dict[str, Any]:
+    """The adviser's marks in the learning curve's coordinates."""
+    color = next((s["color"] for s in drawn if s["name"] == advice["metric"]), PALETTE[0])
+
+    def clamp(value: float) -> float:
+        return min(1.0, max(0.0, value))
+
+    upper = [f"{x(p['n_answers'])},{y(clamp(p['high']))}" for p in curve]
+    lower = [f"{x(p['n_answers'])},{y(clamp(p['low']))}" for p in reversed(curve)]
+    marks = []
+    for key, label, css in (
+        ("n_answers", "now", "now"),
+        ("answers_needed", "target reached", "needed"),
+    ):
+        at = advice.get(key)
+        if at is not None and (key == "n_answers" or advice["status"] == "reachable"):
+            marks.append({"label": label, "n": at, "css": css})
+    reference = advice.get("reference")
+    if reference:
+        marks.append({"label": "n√n", "n": reference["n_answers"], "css": "reference"})
+    shown = []
+    middle = (x.start + x.end) / 2
+    for mark in marks:
+        mark["off_chart"] = mark["n"] > x_max
+        if not mark["off_chart"]:
+            at = x(mark["n"])
+            shown.append(
+                {
+                    **mark,
+                    "x": at,
+                    "label_x": at - 4 if at > middle else at + 4,
+                    "anchor": "end" if at > middle else "start",
+                    "title": f"{mark['label']}: {mark['n']:,}",
+                }
+            )
+    return {
+        "color": color,
+        "band": " ".join(upper + lower),
+        "fit": " ".join(f"{x(p['n_answers'])},{y(clamp(p['value']))}" for p in curve),
+        "target_y": y(advice["target"]),
+        "target_label": f"target {advice['target']:g}",
+        "marks": shown,
+        "off_chart": [m for m in marks if m["off_chart"]],
+    }
 
 
 def scatter(points: Sequence[dict], with_images: bool) -> dict[str, Any] | None:

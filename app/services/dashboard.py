@@ -15,7 +15,10 @@ from sqlalchemy.orm import Session
 
 from app.db.models import Answer, ApiKey, Job, Model, Object, Project, Question, utcnow
 from app.errors import AppError
+from app.schemas.advice import AdvicePublic
+from app.services import advice as advice_service
 from app.services import models as model_service
+from app.services.imports import visible_answers, visible_objects
 from app.services.quality import ParticipantQuality, list_quality
 
 ACTIVE_WINDOW = timedelta(minutes=10)
@@ -58,7 +61,7 @@ def project_rows(db: Session, projects: list[Project]) -> list[ProjectRow]:
                 distinct(case((Answer.created_at >= now - ACTIVE_WINDOW, Answer.participant_id)))
             ),
         )
-        .where(Answer.project_id.in_(ids))
+        .where(Answer.project_id.in_(ids), visible_answers())
         .group_by(Answer.project_id)
     )
     for project_id, total, today, active in counted:
@@ -102,6 +105,7 @@ def recent_minutes(db: Session, project_ids: list[int], minutes: int = 60) -> di
         .where(
             Answer.project_id.in_(project_ids),
             Answer.created_at >= now - timedelta(minutes=minutes),
+            visible_answers(),
         )
         .group_by(Answer.project_id, minute)
     ):
@@ -113,7 +117,11 @@ def recent_minutes(db: Session, project_ids: list[int], minutes: int = 60) -> di
 
 def answers_timeline(db: Session, project: Project) -> list[tuple[datetime, int]]:
     """Answers per minute over the last day that has answers (zeros filled in)."""
-    last = db.scalar(select(func.max(Answer.created_at)).where(Answer.project_id == project.id))
+    last = db.scalar(
+        select(func.max(Answer.created_at)).where(
+            Answer.project_id == project.id, visible_answers()
+        )
+    )
     if last is None:
         return []
     # The last day up to now; for a project quiet for longer, the day up to its last answer.
@@ -127,6 +135,7 @@ def answers_timeline(db: Session, project: Project) -> list[tuple[datetime, int]
         for m, n in db.execute(
             select(minute, func.count())
             .where(Answer.project_id == project.id, Answer.created_at >= start)
+            .where(visible_answers())
             .group_by(minute)
         )
     }
@@ -235,6 +244,29 @@ def learning_curves(db: Session, project: Project) -> dict[str, list[Curve]]:
     return {kind: list(by_name.values()) for kind, by_name in curves.items()}
 
 
+def advice_by_kind(
+    db: Session, project: Project, kinds: list[str], target: float
+) -> dict[str, AdvicePublic | str]:
+    """The budget adviser's answer for each of ``kinds`` on its main figure, or why it has
+    none (e.g. a regression forest, whose figure is an error, not an accuracy)."""
+    found: dict[str, AdvicePublic | str] = {}
+    for kind in kinds:
+        try:
+            advice = advice_service.advise(db, project, kind, target, None)
+        except AppError as error:
+            found[kind] = error.detail
+            continue
+        if advice_service.lower_is_better(advice.metric):
+            # The page's target is an accuracy; an error needs a target of its own scale.
+            found[kind] = (
+                f"{kind} models here report {advice.metric} (an error, lower is better): ask "
+                f"GET /api/projects/{project.slug}/advice?kind={kind}&target=<{advice.metric}>"
+            )
+        else:
+            found[kind] = advice
+    return found
+
+
 def model_summaries(db: Session, project: Project) -> list[dict]:
     """The latest model of each kind: version, answers, figures, when."""
     latest = (
@@ -255,7 +287,11 @@ def model_summaries(db: Session, project: Project) -> list[dict]:
 
 def objects_of(db: Session, project: Project) -> list[Object]:
     return list(
-        db.scalars(select(Object).where(Object.project_id == project.id).order_by(Object.index))
+        db.scalars(
+            select(Object)
+            .where(Object.project_id == project.id, visible_objects(project.id))
+            .order_by(Object.index)
+        )
     )
 
 

@@ -10,6 +10,7 @@ import pytest
 from app.active.adaptive import AdaptiveTriplets
 from app.active.planner import Planner
 from app.active.scoring import rank_embedding_triplets, rank_kernel_triplets
+from app.learning.embedding import TSTE, triplet_accuracy
 from app.learning.triplets import make_oracle
 
 
@@ -28,7 +29,7 @@ def test_propose_takes_the_batch_in_order_and_mixes_in_explore():
     state = {"batch": batch, "next": 0}
     proposals = [strategy.propose(state, step) for step in range(12)]
     scored = [p.objects for p in proposals if p.ref.get("scored")]
-    assert scored == [tuple(row) for row in batch[: len(scored)]]  # best first, none skipped
+    assert scored == [tuple(row) for row in batch[: len(scored)]]  # in order, none skipped
     assert 5 <= len(scored) <= 11  # about 3 in 4
     assert state["next"] == len(scored)
     json.dumps(state)  # state stays plain data
@@ -132,3 +133,71 @@ def test_refreshed_state_scores_a_batch_that_beats_random_questions():
     assert again["batch"] == state["batch"]
     nxt = strategy.refreshed_state(state, answered, embedding=X)
     assert nxt["refreshes"] == 2 and nxt["batch"] != state["batch"]
+
+
+def test_embedding_scorer_never_asks_an_answered_question_again():
+    """A near-tie the model cannot place stays its most uncertain question: before, it was
+    asked over and over (26% repeats in 800 noise-free answers on blobs30)."""
+    X = _line_embedding(9)
+    # Anchor 4 between 3 and 5 is the most uncertain pair; it was answered already.
+    answered = np.array([[4, 3, 5], [4, 2, 6]])
+    rows, _ = rank_embedding_triplets(
+        X, answered, np.array([4, 4, 4]), 200, np.random.default_rng(0)
+    )
+    keys = [(a, min(b, c), max(b, c)) for a, b, c in rows.tolist()]
+    assert len(set(keys)) == len(keys) == 3  # nor twice within one batch
+    assert not {(4, 3, 5), (4, 2, 6)} & set(keys)
+    # Every pair of anchor 0 answered: nothing left to ask it.
+    pairs = [(b, c) for b in range(1, 4) for c in range(b + 1, 4)]
+    everything = np.array([[0, b, c] for b, c in pairs])
+    rows, _ = rank_embedding_triplets(
+        X[:4], everything, np.array([0]), 50, np.random.default_rng(0)
+    )
+    assert len(rows) == 0
+
+
+def test_batches_go_round_the_anchors_where_the_last_one_stopped():
+    """ARR's order: every anchor in turn, each with its best pair. Sorting the batch by score
+    (as before) kept asking the same few uncertain anchors; starting the next batch after
+    the whole previous one (used or not) skipped the others."""
+    n = 12
+    X = np.random.default_rng(0).normal(size=(n, 2))
+    strategy = AdaptiveTriplets(n, {"refresh_every": 4, "explore": 0.0}, seed=0)  # batch 8
+    state = strategy.refreshed_state({}, np.empty((0, 3), int), embedding=X)
+    asked = []
+    for refresh in range(6):
+        for step in range(4 + refresh % 3):  # refits land after 4, 5 or 6 questions
+            asked.append(strategy.propose(state, 100 * refresh + step).objects[0])
+        state = strategy.refreshed_state(state, np.empty((0, 3), int), embedding=X)
+    order = np.random.default_rng([strategy.seed, 1]).permutation(n)
+    expected = order[np.arange(len(asked)) % n]
+    assert asked == expected.tolist()
+
+
+def test_noise_free_answers_to_adaptive_questions_keep_improving_the_embedding():
+    """The diagnostic of issue 12, small: a noise-free crowd answers the strategy's questions,
+    a t-STE model is refit every 20 answers as the service does. Before the fixes the
+    held-out accuracy fell as answers were added (0.81 at 320 answers, 0.73 at 440 on
+    blobs30) and a quarter of the questions were repeats."""
+    rng = np.random.default_rng(12)
+    n = 30
+    X = rng.normal(scale=4.0, size=(3, 2))[np.arange(n) % 3] + rng.normal(size=(n, 2))
+    oracle = make_oracle(X, random_state=0)
+    test = np.array([rng.choice(n, 3, replace=False) for _ in range(2000)])
+    test = np.where(oracle(*test.T)[:, None], test, test[:, [0, 2, 1]])
+    strategy = AdaptiveTriplets(n, {"refresh_every": 20}, seed=0)
+    state: dict = {}
+    answered = []
+    accuracy = {}
+    for step in range(480):
+        a, b, c = strategy.propose(state, step).objects
+        answered.append((a, b, c) if oracle([a], [b], [c])[0] else (a, c, b))
+        if (step + 1) % 20 == 0:
+            T = np.array(answered)
+            model = TSTE(random_state=0).fit(T, n)
+            state = strategy.refreshed_state(state, T, embedding=model.embedding_)
+            accuracy[step + 1] = triplet_accuracy(model.embedding_, test)
+    keys = {(a, min(b, c), max(b, c)) for a, b, c in answered}
+    assert len(keys) >= 0.97 * len(answered)  # only random (explore) questions may repeat
+    assert min(accuracy[k] for k in (400, 420, 440, 460, 480)) >= 0.93
+    assert accuracy[480] >= accuracy[240] - 0.01

@@ -6,9 +6,19 @@ import pytest
 from sqlalchemy import select
 
 from app.db.models import Model, Project
+from app.training.kinds import KINDS as REGISTRY
 from tests.factories import make_objects, make_project
 
-KINDS = ["tripletboost", "kernel", "embedding", "metricboost", "svmcompare"]
+KINDS = list(REGISTRY)  # every kind the server trains, comprf included
+# The figure each kind's curve follows (its trainer's metrics).
+MAIN_METRIC = {
+    "comprf": "loo_accuracy",
+    "embedding": "heldout_triplet_accuracy",
+    "kernel": "heldout_triplet_accuracy",
+    "metricboost": "heldout_triplet_accuracy",
+    "svmcompare": "heldout_pair_accuracy",
+    "tripletboost": "cv_label_accuracy",
+}
 
 
 @pytest.fixture
@@ -134,3 +144,60 @@ def test_an_unknown_metric_is_422_naming_the_known_ones(client, auth_headers, pr
 
 def test_advice_is_private(client, auth_headers, project):
     assert client.get("/api/projects/advice/advice?kind=kernel&target=0.9").status_code == 401
+
+
+def test_the_registry_and_this_table_agree():
+    assert set(MAIN_METRIC) == set(KINDS)
+    assert all(REGISTRY[k].metric == m for k, m in MAIN_METRIC.items())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_kind_extrapolates_its_own_figure(client, auth_headers, project, db, kind):
+    points = [(n, 0.95 - 0.5 * n**-0.5) for n in (50, 100, 200, 400)]
+    add_models(db, project, kind, points, metric=MAIN_METRIC[kind])
+    response = client.get(
+        f"/api/projects/advice/advice?kind={kind}&target=0.93", headers=auth_headers
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["metric"] == MAIN_METRIC[kind]
+    assert body["status"] == "reachable"
+    assert body["answers_needed"] == pytest.approx(625, rel=0.1)
+
+
+def test_a_regression_forest_follows_its_error_down(client, auth_headers, project, db):
+    # comprf on targets reports loo_rmse (an error: lower is better), not an accuracy:
+    # e(n) = 0.1 + 2·n^(-1/2) reaches 0.15 at n = (2 / 0.05)^2 = 1600.
+    points = [(n, 0.1 + 2 * n**-0.5) for n in (50, 100, 200, 400)]
+    add_models(db, project, "comprf", points, metric="loo_rmse")
+    body = client.get(
+        "/api/projects/advice/advice?kind=comprf&target=0.15", headers=auth_headers
+    ).json()
+    assert body["metric"] == "loo_rmse"
+    assert body["status"] == "reachable"
+    assert body["answers_needed"] == pytest.approx(1600, rel=0.1)
+    assert body["fit"]["asymptote"] == pytest.approx(0.1, abs=0.01)
+    values = [p["value"] for p in body["curve"]]
+    assert values == sorted(values, reverse=True)  # the fitted error falls
+    assert all(p["low"] <= p["value"] + 1e-9 <= p["high"] + 2e-9 for p in body["curve"])
+
+
+def test_an_error_below_its_asymptote_is_not_reachable(client, auth_headers, project, db):
+    points = [(n, 0.1 + 2 * n**-0.5) for n in (50, 100, 200, 400)]
+    add_models(db, project, "comprf", points, metric="loo_rmse")
+    body = client.get(
+        "/api/projects/advice/advice?kind=comprf&target=0.05", headers=auth_headers
+    ).json()
+    assert body["status"] == "not_reachable"
+    assert "above the target" in body["message"]
+    reached = client.get(
+        "/api/projects/advice/advice?kind=comprf&target=0.25", headers=auth_headers
+    ).json()
+    assert reached["status"] == "reached" and "≤ 0.25" in reached["message"]
+
+
+def test_an_accuracy_target_above_1_is_422(client, auth_headers, project, db):
+    add_models(db, project, "comprf", [(50, 0.5)], metric="loo_accuracy")
+    response = client.get("/api/projects/advice/advice?kind=comprf&target=3", headers=auth_headers)
+    assert response.status_code == 422
+    assert "target 3.0 is above 1" in response.json()["detail"]

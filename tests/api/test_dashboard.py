@@ -324,3 +324,60 @@ def test_route_timings_file_requests_under_their_template(client, researcher):
     row = rows[("GET", "/api/projects/{slug}")]
     assert row["count"] >= 3 and 0 < row["p50"] <= row["p95"] <= row["max"]
     assert not any(path == "/no/such/route" for _, path in rows)
+
+
+def test_the_project_page_shows_the_budget_adviser(client, db, researcher):
+    """Beside each kind's learning curve: the fitted band, the target, the answers still
+    needed (or that the target is out of reach), and TripletBoost's n√n reference."""
+    import pickle
+
+    import numpy as np
+
+    from app.db.models import Model, Project
+    from app.learning.tripletboost import TripletBoost
+    from tests.factories import random_triplets
+
+    _, secret = researcher
+    headers = {"Authorization": f"Bearer {secret}"}
+    make_project(client, headers, "adv")
+    make_objects(client, headers, "adv", 16, labels=False)
+    project = db.scalar(select(Project).where(Project.slug == "adv"))
+    # The page serves the latest TripletBoost model's gallery: give it a real (tiny) one.
+    triplets = np.array(random_triplets(16, 400))
+    y = np.array(["ab"[i % 2] if i < 10 else None for i in range(16)], dtype=object)
+    booster = TripletBoost(n_estimators=20, random_state=0).fit(triplets, y)
+    artifact = pickle.dumps({"estimator": booster, "triplets": triplets})
+    curves = {
+        # 0.95 − 0.5·n^(−1/2) reaches 0.93 at n = 625; 0.8 − 0.4·n^(−0.7) never does.
+        "metricboost": ("heldout_triplet_accuracy", lambda n: 0.95 - 0.5 * n**-0.5),
+        "tripletboost": ("cv_label_accuracy", lambda n: 0.8 - 0.4 * n**-0.7),
+        # A regression forest's figure is an error: the page's accuracy target is not its.
+        "comprf": ("loo_rmse", lambda n: 0.1 + 2 * n**-0.5),
+    }
+    for kind, (metric, f) in curves.items():
+        for version, n in enumerate((50, 100, 200, 400), start=1):
+            db.add(
+                Model(project_id=project.id, kind=kind, version=version, params={},
+                      n_answers=n, metrics={metric: f(n)}, training_seconds=0.1,
+                      artifact=artifact if kind == "tripletboost" else b"")
+            )  # fmt: skip
+    db.flush()
+    sign_in(client, secret)
+    page = client.get("/dashboard/projects/adv?target=0.93")
+    assert page.status_code == 200, page.text
+    html = page.text
+    metricboost = html[html.index('data-kind="metricboost"') :]
+    further = int(re.search(r'advice-further" data-value="(\d+)"', metricboost).group(1))
+    assert further == pytest.approx(625, rel=0.1)
+    tripletboost = html[html.index('data-kind="tripletboost"') :]
+    assert 'data-status="not_reachable"' in html and "Not reachable at this rate" in tripletboost
+    assert '<strong class="advice-reference">64</strong>' in tripletboost  # 16·√16
+    comprf = html[html.index('data-kind="comprf"') :]
+    assert "report loo_rmse (an error, lower is better)" in comprf
+    assert "advice?kind=comprf&amp;target=" in comprf
+    assert html.count('class="band"') == 2 and html.count('class="target"') == 2
+    assert 'value="0.93"' in html and 'data-refresh="/dashboard/projects/adv?target=0.93"' in html
+    # The default target is 0.9; a bad one is a 422 naming it.
+    assert 'value="0.9"' in client.get("/dashboard/projects/adv").text
+    bad = client.get("/dashboard/projects/adv?target=2")
+    assert bad.status_code == 422 and "target" in bad.text

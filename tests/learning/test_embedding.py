@@ -78,6 +78,29 @@ def test_recovers_points_up_to_similarity(square, estimator, min_score, max_disp
     assert procrustes(points, embedding)[2] <= max_disparity
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tste_converges_instead_of_drifting_to_a_huge_scale(seed):
+    """Unregularised, every satisfied triplet gains from spreading the points: L-BFGS-B
+    drifted to norms of 10^3-10^4, where the gradient fell below ``tol``, and stopped with
+    only 90-92% of these noise-free triplets satisfied (seeds 0 and 1). The L2 term of
+    van der Maaten & Weinberger keeps the scale and lets the fit converge."""
+    rng = np.random.default_rng(seed)
+    points = rng.normal(scale=4.0, size=(3, 2))[np.arange(30) % 3] + rng.normal(size=(30, 2))
+    rows = rng.integers(30, size=(3000, 3))
+    rows = rows[
+        (rows[:, 0] != rows[:, 1]) & (rows[:, 0] != rows[:, 2]) & (rows[:, 1] != rows[:, 2])
+    ]
+    rows = rows[:640]
+    dist = ((points[:, None] - points[None]) ** 2).sum(-1)
+    near = dist[rows[:, 0], rows[:, 1]] < dist[rows[:, 0], rows[:, 2]]
+    triplets = np.where(near[:, None], rows, rows[:, [0, 2, 1]])
+    est = TSTE(random_state=0).fit(triplets, 30)
+    assert np.sqrt((est.embedding_**2).sum(axis=1).mean()) < 50
+    assert est.score(triplets) >= 0.93
+    unregularised = TSTE(lambd=0.0, random_state=0).fit(triplets, 30)
+    assert np.sqrt((unregularised.embedding_**2).sum(axis=1).mean()) > 500  # the old drift
+
+
 @pytest.mark.parametrize("cls", ESTIMATORS)
 @pytest.mark.parametrize("n_components", [1, 3])
 def test_n_components_respected(small, cls, n_components):
@@ -268,6 +291,7 @@ def test_callback_error_propagates(square):
         (SOE(random_state="seed"), "random_state"),
         (SOE(margin=0.0), "margin"),
         (TSTE(alpha=0.0), "alpha"),
+        (TSTE(lambd=-1.0), "lambd"),
         (CKL(mu=-0.1), "mu"),
         (GNMDS(lambd=-1.0), "lambd"),
     ],

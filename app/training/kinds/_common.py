@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from app.db.models import Model, Object
 from app.errors import InvalidInput
+from app.services.imports import visible_objects
 from app.training.data import TrainingData
 
 Progress = Callable[[float, str], None]  # (fraction done, text)
@@ -75,7 +76,10 @@ class ModelKindSpec:
         is what ``train`` stored, loaded once per process.
     metric : str
         The figure of ``train``'s metrics that its learning curve follows (the dashboard's
-        curves, the budget adviser's default).
+        curves, the budget adviser's default); higher is better.
+    error_metric : str, optional
+        The figure the curve follows when the models report no ``metric`` (a regression
+        forest's ``loo_rmse``); lower is better.
     """
 
     name: str
@@ -85,6 +89,7 @@ class ModelKindSpec:
     train: Callable[[TrainingData, Any, Progress], Trained]
     routes: Mapping[str, Route] = field(default_factory=dict)
     metric: str = "heldout_triplet_accuracy"
+    error_metric: str | None = None
     #: what the kind reads from the database beyond the answers, onto ``data`` (comprf: the
     #: forest the crowd built); ``load(db, project, data, params)``, before ``requirements``
     load: Callable[[Session, Any, TrainingData, Any], None] | None = None
@@ -184,7 +189,9 @@ def fraction_progress(
 def project_objects(db: Session, model: Model) -> list[Object]:
     return list(
         db.scalars(
-            select(Object).where(Object.project_id == model.project_id).order_by(Object.index)
+            select(Object)
+            .where(Object.project_id == model.project_id, visible_objects(model.project_id))
+            .order_by(Object.index)
         )
     )
 

@@ -87,5 +87,9 @@ KIND = ModelKindSpec(
     requirements=requirements,
     train=train,
     routes={"predictions": predictions},
+    # Leave-one-out accuracy over the labelled objects; a regression forest reports its
+    # leave-one-out RMSE instead.
+    metric="loo_accuracy",
+    error_metric="loo_rmse",
     load=load,
 )

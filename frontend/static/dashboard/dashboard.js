@@ -33,7 +33,7 @@
         headers: { "X-Live": "1" }, credentials: "same-origin", cache: "no-store",
       });
       const landed = new URL(response.url);
-      if (landed.pathname !== refreshUrl) { window.location.assign(landed.pathname); return; }
+      if (landed.pathname + landed.search !== refreshUrl) { window.location.assign(landed.pathname); return; }
       if (!response.ok) return;
       const doc = new DOMParser().parseFromString(await response.text(), "text/html");
       const token = doc.querySelector('meta[name="csrf-token"]');
