@@ -6,7 +6,7 @@ every 1/rate seconds whatever the server does) is measured idle, then while a re
 uploads, into another project ``bulk``:
 
 * a 40 MiB objects CSV (name, text, label, target, f0..f9; ~250,000 rows), then
-* a 40 MiB answers CSV (kind, a, b, c, outcome; ~2 million triplets),
+* a 40 MiB answers CSV (kind, a, b, c, outcome; ~1.5 million triplets),
 
 each as a multipart upload. The issue's complaint: every worker request waited 6-8 s while
 such an upload was parsed on the event loop. The load runs from when the upload starts to

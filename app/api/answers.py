@@ -9,6 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
 from app.api.deps import OwnedProject, SessionDep
+from app.api.turns import run_import
 from app.api.uploads import read_upload, upload_body
 from app.schemas.answers import AnswersImport, AnswersImported
 from app.services import answers as service
@@ -36,9 +37,9 @@ async def import_answers(
     triplets, pairs = await run_in_threadpool(
         upload_parsing.answer_arrays, upload.file, upload.json_body
     )
-    n_triplets, n_pairs = await run_in_threadpool(
-        service.import_answers, db, project, triplets, pairs
-    )
+    # Stored a chunk per transaction, each in its turn with the workers' requests, and
+    # hidden until the last.
+    n_triplets, n_pairs = await run_import(service.import_answers(db, project, triplets, pairs))
     return AnswersImported(triplets=n_triplets, pairs=n_pairs)
 
 

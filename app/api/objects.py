@@ -9,6 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import TypeAdapter
 
 from app.api.deps import ObjectIndex, Offset, OwnedProject, SessionDep
+from app.api.turns import run_import
 from app.api.uploads import read_upload, upload_body
 from app.errors import InvalidInput
 from app.schemas.objects import (
@@ -41,30 +42,38 @@ async def create_objects(project: OwnedProject, db: SessionDep, request: Request
     """Append objects; each gets the next ``index`` (0, 1, 2, … in upload order, forever)."""
     upload = await read_upload(request)
     # Parsing, unpacking and storing run in a worker thread, or a process of its own for a
-    # large CSV or JSON: never on the event loop.
+    # large CSV or JSON: never on the event loop. A CSV or JSON is stored a chunk per
+    # transaction, each in its turn with the workers' requests, hidden until the last.
     if upload.file is not None and (
         upload.filename.lower().endswith(".zip") or upload.head == b"PK\x03\x04"
     ):
         rows = await run_in_threadpool(image_zip.add_image_zip, db, project, upload.file)
-    elif upload.json_body is not None or (
+        return _created(await run_in_threadpool(_created_json, rows), len(rows))
+    if upload.json_body is None and not (
         upload.filename.lower().endswith(".csv") or "csv" in upload.content_type
     ):
-        parsed = await run_in_threadpool(upload_parsing.objects_rows, upload.file, upload.json_body)
-        rows = await run_in_threadpool(service.add_object_rows, db, project, parsed)
-    else:
         raise InvalidInput("upload a .csv or a .zip of images (multipart field 'file')")
-    body = await run_in_threadpool(_created_json, rows)
-    return Response(body, status_code=status.HTTP_201_CREATED, media_type="application/json")
+    parsed = await run_in_threadpool(upload_parsing.objects_rows, upload.file, upload.json_body)
+    # The body is serialised as the chunks are stored: the rows are never all alive at once.
+    parts: list[bytes] = []
+    steps = service.import_objects(db, project, parsed, stored=lambda c: parts.append(_json(c)))
+    return _created(parts, await run_import(steps))
 
 
-def _created_json(rows: list[dict]) -> bytes:
-    """The ``ObjectsCreated`` body, serialised a chunk at a time (one call over 250,000 objects
-    would hold the interpreter lock, and so the event loop, for the whole of it)."""
-    chunks = [
-        _PUBLIC_LIST.dump_json([ObjectPublic.model_validate(r) for r in rows[i : i + 2000]])[1:-1]
-        for i in range(0, len(rows), 2000)
-    ]
-    return b'{"data":[' + b",".join(chunks) + b'],"count":' + str(len(rows)).encode() + b"}"
+def _json(rows: list[dict]) -> bytes:
+    """Objects as the items of a JSON list (without its brackets)."""
+    return _PUBLIC_LIST.dump_json([ObjectPublic.model_validate(r) for r in rows])[1:-1]
+
+
+def _created_json(rows: list[dict]) -> list[bytes]:
+    """The items of the ``ObjectsCreated`` list, serialised a chunk at a time (one call over
+    many objects would hold the interpreter lock, and so the event loop, for the whole of it)."""
+    return [_json(rows[i : i + 2000]) for i in range(0, len(rows), 2000)]
+
+
+def _created(parts: list[bytes], count: int) -> Response:
+    body = b'{"data":[' + b",".join(p for p in parts if p) + b'],"count":' + str(count).encode()
+    return Response(body + b"}", status_code=status.HTTP_201_CREATED, media_type="application/json")
 
 
 @router.get("", response_model=ObjectsPublic)

@@ -20,12 +20,6 @@ from sqlalchemy.orm import Session
 CHUNK_ROWS = 20_000
 
 
-def insert_rows(db: Session, table: Table, columns: Sequence[str], rows: Iterable[tuple]) -> int:
-    """Insert ``rows`` (tuples in the order of ``columns``) into ``table`` in ``db``'s
-    current transaction; returns how many were inserted."""
-    return execute_insert(db, *prepare_insert(db, table, columns, rows))
-
-
 def prepare_insert(
     db: Session, table: Table, columns: Sequence[str], rows: Iterable[tuple]
 ) -> tuple[str, list[tuple]]:
@@ -52,6 +46,13 @@ def prepare_insert(
                 values[i] = process(values[i])
         prepared.append(tuple(values))
     return statement, prepared
+
+
+def bind_value(db: Session, table: Table, column: str, value: Any) -> Any:
+    """``value`` as the driver takes it for ``table.column`` (to encode a constant once)."""
+    dialect = db.get_bind().dialect
+    process = table.c[column].type.dialect_impl(dialect).bind_processor(dialect)
+    return value if process is None else process(value)
 
 
 def execute_insert(db: Session, statement: str, rows: list[tuple]) -> int:

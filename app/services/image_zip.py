@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import struct
 import tempfile
 import zipfile
 import zlib
@@ -17,7 +18,8 @@ from app.config import get_settings
 from app.db.models import Project
 from app.errors import InvalidInput, PayloadTooLarge
 from app.schemas.objects import ObjectCreate
-from app.services.objects import check_features, insert_objects, read_objects_csv
+from app.services import imports
+from app.services.objects import check_features, import_objects, read_objects_csv
 
 IMAGE_FORMATS = {"PNG": "png", "JPEG": "jpg", "GIF": "gif", "WEBP": "webp", "BMP": "bmp"}
 METADATA_FILE = "objects.csv"  # at the top of a ZIP of images: what it says about each image
@@ -39,10 +41,14 @@ def add_image_zip(db: Session, project: Project, file: BinaryIO) -> list[dict]:
     settings = get_settings()
     entry_cap = int(settings.max_zip_entry_mb * 2**20)
     total_cap = int(settings.max_zip_total_mb * 2**20)
+    # The count the archive declares, before zipfile reads an entry; then the entries it
+    # really lists (a lying count cannot pass: the body limit bounds that listing).
+    _check_entry_count(_declared_entries(file), settings.max_zip_entries)
     try:
         archive = zipfile.ZipFile(file)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as error:
         raise InvalidInput("the upload is not a ZIP archive") from error
+    _check_entry_count(len(archive.infolist()), settings.max_zip_entries)
     images: list[tuple[str, str, Path]] = []  # object name, extension, staged file
     metadata: dict[str, ObjectCreate] = {}
     staging = Path(tempfile.mkdtemp(prefix=".upload-", dir=settings.data_dir))
@@ -73,6 +79,31 @@ def add_image_zip(db: Session, project: Project, file: BinaryIO) -> list[dict]:
         return _store_images(db, project, images, objects)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+_END_RECORD = struct.Struct("<4s4H2LH")  # a ZIP's end of central directory record
+_END_SIGNATURE = b"PK\x05\x06"
+
+
+def _declared_entries(file: BinaryIO) -> int:
+    """The entry count in the ZIP's end record (0 when there is none to read: zipfile then
+    says what is wrong); the file is left at its start."""
+    size = file.seek(0, io.SEEK_END)
+    tail_size = min(size, _END_RECORD.size + 65_535)  # the record, then a comment
+    file.seek(size - tail_size)
+    tail = file.read(tail_size)
+    file.seek(0)
+    at = tail.rfind(_END_SIGNATURE)
+    if at < 0 or len(tail) - at < _END_RECORD.size:
+        return 0
+    return _END_RECORD.unpack_from(tail, at)[4]  # entries in the whole central directory
+
+
+def _check_entry_count(count: int, limit: int) -> None:
+    if count > limit:
+        raise PayloadTooLarge(
+            f"the ZIP holds {count:,} entries; the limit is {limit:,} (TRIPLETLAB_MAX_ZIP_ENTRIES)"
+        )
 
 
 def _entry_path(entry: zipfile.ZipInfo) -> PurePosixPath | None:
@@ -166,7 +197,8 @@ def _store_images(
             row["image_url"] = f"/media/{project.slug}/{filename}"
 
     try:
-        return insert_objects(db, project, rows, place)
+        imports.run(import_objects(db, project, rows, place))
+        return rows
     except BaseException:
         db.rollback()
         for path in moved:

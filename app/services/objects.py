@@ -4,8 +4,10 @@ read them."""
 from __future__ import annotations
 
 import math
+import pickle
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import BinaryIO
 
 from pydantic import ValidationError
@@ -15,8 +17,9 @@ from sqlalchemy.orm import Session
 from app.db.bulk import execute_insert, prepare_insert
 from app.db.models import Object, Project
 from app.db.session import begin_write
-from app.errors import InvalidInput, NotFound
+from app.errors import Conflict, InvalidInput, NotFound
 from app.schemas.objects import ObjectCreate, ObjectUpdate
+from app.services import imports
 from app.services.csv_io import read_csv
 from app.services.projects import lock_project
 
@@ -25,77 +28,136 @@ _FEATURE_COLUMN = re.compile(r"^f(\d+)$")
 _ROW_COLUMNS = ("name", "text", "image_url", "features", "label", "target")
 
 
+@dataclass
+class ObjectRows:
+    """An upload's objects as the process that parsed and checked them (:func:`check_rows`)
+    sends them: pickled chunks, unpickled one at a time while they are stored, so that the
+    server never holds 250,000 rows as Python objects at once (the garbage collector's full
+    passes over them held the interpreter lock, and every request, for seconds)."""
+
+    chunks: list[bytes]
+    count: int
+    feature_length: int | None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def parts(self) -> Iterator[list[dict]]:
+        for chunk in self.chunks:
+            yield pickle.loads(chunk)
+
+
 def add_objects(db: Session, project: Project, objects: Sequence[ObjectCreate]) -> list[dict]:
     """Append ``objects`` to ``project``; their indices continue from the last one, forever."""
-    return add_object_rows(db, project, [o.model_dump() for o in objects])
-
-
-def add_object_rows(db: Session, project: Project, rows: list[dict]) -> list[dict]:
-    """:func:`add_objects` for objects already validated and dumped (``ObjectCreate`` fields);
-    returns them with their ``index``."""
-    if not rows:
-        raise InvalidInput("no objects given")
-    _check_image_urls(rows)
-    check_features(project, rows)
-    return insert_objects(db, project, rows)
-
-
-def insert_objects(
-    db: Session,
-    project: Project,
-    rows: list[dict],
-    place: Callable[[int], None] | None = None,
-) -> list[dict]:
-    """Insert ``rows`` after the project's last object, under the project's lock (which on
-    SQLite every worker's answer waits for: the rows are encoded before it is taken, unless
-    ``place(start)`` must first set them, e.g. their image URLs, once the first index is
-    known). Returns the rows with their ``index`` (no reading back: 40 MiB is 250,000 rows)."""
-    columns = ("project_id", "index", *_ROW_COLUMNS)
-
-    def encoded() -> tuple[str, list[tuple]]:
-        return prepare_insert(
-            db, Object.__table__, columns, [(0, 0, *(r[k] for k in _ROW_COLUMNS)) for r in rows]
-        )
-
-    statement, prepared = encoded() if place is None else ("", [])
-    lock_project(db, project)
-    feature_dim = check_features(project, rows)
-    start = project.n_objects
-    if place is not None:
-        place(start)
-        statement, prepared = encoded()
-    execute_insert(
-        db, statement, [(project.id, start + i, *row[2:]) for i, row in enumerate(prepared)]
-    )
-    for i, row in enumerate(rows):
-        row["index"] = start + i
-    project.n_objects = start + len(rows)
-    if feature_dim is not None:
-        project.feature_dim = feature_dim
-    db.commit()
+    rows = [o.model_dump() for o in objects]
+    imports.run(import_objects(db, project, rows))
     return rows
 
 
-def check_features(project: Project, rows: Sequence[dict]) -> int | None:
+def import_objects(
+    db: Session,
+    project: Project,
+    rows: list[dict] | ObjectRows,
+    place: Callable[[int], None] | None = None,
+    stored: Callable[[list[dict]], None] | None = None,
+) -> imports.Steps[int]:
+    """The steps (see :mod:`app.services.imports`) that append ``rows`` (validated
+    ``ObjectCreate`` dumps) after the project's last object, all or nothing, a chunk per
+    transaction, hidden until the last; the result is how many. Each row gets its ``index``
+    as it is written, and ``stored(chunk)`` (if given) sees each chunk written. ``place(start)``
+    may set the rows (e.g. their image URLs) once their first index is known.
+
+    Everything is checked before the first row is written (an :class:`ObjectRows` was checked
+    where it was parsed); a second upload of objects into the project while one runs is
+    refused (409): the indices from ``n_objects`` on are the running one's.
+    """
+    if not len(rows):
+        raise InvalidInput("no objects given")
+    length = rows.feature_length if isinstance(rows, ObjectRows) else check_rows(rows)
+    check_feature_length(project, length)
+    imports.sweep(db, project.id)
+    yield True
+    lock_project(db, project)
+    running = imports.pending_objects_import(db, project)
+    if running is not None:
+        raise Conflict(
+            f"objects are being uploaded into project {project.slug!r} (since "
+            f"{running.started_at:%Y-%m-%d %H:%M:%S} UTC); send these when that upload ends"
+        )
+    check_feature_length(project, length)
+    start = project.n_objects
+    import_id = imports.begin(db, project, "objects", len(rows), start)
+    db.commit()
+    columns = ("project_id", "index", *_ROW_COLUMNS)
+    try:
+        if place is not None:
+            place(start)
+        index = start
+        for part in rows.parts() if isinstance(rows, ObjectRows) else [rows]:
+            for first in range(0, len(part), imports.CHUNK_ROWS):
+                yield False
+                chunk = part[first : first + imports.CHUNK_ROWS]
+                for row in chunk:
+                    row["index"] = index
+                    index += 1
+                values = [(project.id, r["index"], *(r[k] for k in _ROW_COLUMNS)) for r in chunk]
+                statement, prepared = prepare_insert(db, Object.__table__, columns, values)
+                yield True
+                begin_write(db)
+                imports.touch(db, import_id)
+                execute_insert(db, statement, prepared)
+                db.commit()
+                yield False  # not in the writing step's turn:
+                if stored is not None:
+                    stored(chunk)
+        yield True
+        lock_project(db, project)
+        imports.end(db, import_id)
+        project.n_objects = start + len(rows)
+        if length is not None:
+            project.feature_dim = length
+        db.commit()
+    except BaseException:
+        imports.discard(db, import_id)
+        raise
+    return len(rows)
+
+
+def check_rows(rows: Sequence[dict]) -> int | None:
+    """The checks of an upload's objects that need no project (image URLs, feature vectors
+    of one length and finite values; seconds for 250,000 rows: run where parsing runs); the
+    feature length (None without features)."""
+    _check_image_urls(rows)
     lengths = {len(r["features"]) for r in rows if r.get("features") is not None}
-    if not lengths:
-        return None
     if len(lengths) > 1:
         raise InvalidInput(
             f"all feature vectors of a project have one length; this upload mixes lengths "
             f"{sorted(lengths)}"
         )
-    (length,) = lengths
-    if project.feature_dim is not None and length != project.feature_dim:
+    _check_finite(rows)
+    return lengths.pop() if lengths else None
+
+
+def check_feature_length(project: Project, length: int | None) -> None:
+    if length is not None and project.feature_dim is not None and length != project.feature_dim:
         raise InvalidInput(
             f"feature vectors of project {project.slug!r} have length {project.feature_dim}, "
             f"got length {length}"
         )
+
+
+def check_features(project: Project, rows: Sequence[dict]) -> int | None:
+    """:func:`check_rows` and :func:`check_feature_length`: the feature length of ``rows``."""
+    length = check_rows(rows)
+    check_feature_length(project, length)
+    return length
+
+
+def _check_finite(rows: Sequence[dict]) -> None:
     for position, row in enumerate(rows):
         features = row.get("features")
         if features is not None and not all(math.isfinite(v) for v in features):
             raise InvalidInput(f"object {position} ({row['name']!r}) has a NaN or infinite feature")
-    return length
 
 
 def _check_image_urls(rows: Sequence[dict]) -> None:
@@ -175,7 +237,7 @@ def list_objects(db: Session, project: Project, offset: int, limit: int) -> list
     return list(
         db.scalars(
             select(Object)
-            .where(Object.project_id == project.id)
+            .where(Object.project_id == project.id, imports.visible_objects(project.id))
             .order_by(Object.index)
             .offset(offset)
             .limit(limit)
@@ -184,7 +246,13 @@ def list_objects(db: Session, project: Project, offset: int, limit: int) -> list
 
 
 def get_object(db: Session, project: Project, index: int) -> Object:
-    obj = db.scalar(select(Object).where(Object.project_id == project.id, Object.index == index))
+    obj = db.scalar(
+        select(Object).where(
+            Object.project_id == project.id,
+            Object.index == index,
+            imports.visible_objects(project.id),
+        )
+    )
     if obj is None:
         raise NotFound(f"project {project.slug!r} has no object {index}")
     return obj
@@ -198,7 +266,11 @@ def update_object(db: Session, project: Project, index: int, data: ObjectUpdate)
     begin_write(db)
     obj = db.scalar(
         select(Object)
-        .where(Object.project_id == project.id, Object.index == index)
+        .where(
+            Object.project_id == project.id,
+            Object.index == index,
+            imports.visible_objects(project.id),
+        )
         .with_for_update()
     )
     if obj is None:

@@ -25,20 +25,19 @@ from pydantic import TypeAdapter, ValidationError
 
 from app.config import get_settings
 from app.errors import InvalidInput
+from app.services.objects import ObjectRows
 
 _CHUNK_ROWS = 5000
 
 
-def objects_rows(file: BinaryIO | None, json_body: bytes | None = None) -> list[dict]:
-    """The objects of a CSV upload (``file``) or a JSON body, validated, as insert rows."""
+def objects_rows(file: BinaryIO | None, json_body: bytes | None = None) -> list[dict] | ObjectRows:
+    """The objects of a CSV upload (``file``) or a JSON body, validated (all but what needs
+    the project: :func:`app.services.objects.check_rows`), as insert rows: a list, or for a
+    large upload its chunks as the parsing process pickled them."""
     data, size = _content(file, json_body)
     if size <= _threshold():
-        return _objects_rows_here(data, json_body is not None)
-    chunks = _in_process(_objects_rows_chunks, data, json_body is not None)
-    rows: list[dict] = []
-    for chunk in chunks:
-        rows.extend(pickle.loads(chunk))  # a few ms each: the lock is released between them
-    return rows
+        return _objects_rows_here(data, json_body is not None)[0]
+    return ObjectRows(*_in_process(_objects_rows_chunks, data, json_body is not None))
 
 
 def answer_arrays(
@@ -97,24 +96,26 @@ def parse_json(body: bytes, json_type: Any) -> Any:
         ) from error
 
 
-def _objects_rows_here(data: BinaryIO | bytes, is_json: bool) -> list[dict]:
+def _objects_rows_here(data: BinaryIO | bytes, is_json: bool) -> tuple[list[dict], int | None]:
     from app.schemas.objects import ObjectCreate
-    from app.services.objects import parse_objects_csv
+    from app.services.objects import check_rows, parse_objects_csv
 
     if is_json:
         assert isinstance(data, bytes)
         objects = parse_json(data, list[ObjectCreate])
     else:
         objects = parse_objects_csv(io.BytesIO(data) if isinstance(data, bytes) else data)
-    return [o.model_dump() for o in objects]
+    rows = [o.model_dump() for o in objects]
+    return rows, check_rows(rows)  # here too: the checks that need no project
 
 
-def _objects_rows_chunks(data: bytes, is_json: bool) -> list[bytes]:
-    rows = _objects_rows_here(data, is_json)
-    return [
+def _objects_rows_chunks(data: bytes, is_json: bool) -> tuple[list[bytes], int, int | None]:
+    rows, feature_length = _objects_rows_here(data, is_json)
+    chunks = [
         pickle.dumps(rows[start : start + _CHUNK_ROWS], protocol=pickle.HIGHEST_PROTOCOL)
         for start in range(0, len(rows), _CHUNK_ROWS)
     ]
+    return chunks, len(rows), feature_length
 
 
 def _answer_arrays_here(data: BinaryIO | bytes, is_json: bool) -> tuple[np.ndarray, np.ndarray]:

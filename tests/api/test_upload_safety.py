@@ -86,6 +86,29 @@ def test_zip_bomb_entry_is_refused_by_its_unpacked_size_and_writes_nothing(
     assert n_objects(client, auth_headers) == 0
 
 
+@pytest.mark.parametrize("lie", [False, True])
+def test_zip_with_more_entries_than_the_limit_is_413_and_writes_nothing(
+    client, auth_headers, project, monkeypatch, lie
+):
+    """Refused from the count in the ZIP's end record before any entry is read, and from
+    the entries really listed when that count lies."""
+    monkeypatch.setattr(get_settings(), "max_zip_entries", 5)
+    archive = zip_bytes({f"{i}.png": png_bytes() for i in range(6)})
+    if lie:  # the end record claims one entry (its count fields are at offsets 8 and 10)
+        end = archive.rindex(b"PK\x05\x06")
+        archive = archive[: end + 8] + struct.pack("<2H", 1, 1) + archive[end + 12 :]
+    before = files_on_disk()
+    response = upload(client, auth_headers, "many.zip", archive)
+    assert response.status_code == 413, response.text
+    assert response.json()["detail"] == (
+        "the ZIP holds 6 entries; the limit is 5 (TRIPLETLAB_MAX_ZIP_ENTRIES)"
+    )
+    assert files_on_disk() == before
+    assert n_objects(client, auth_headers) == 0
+    five = zip_bytes({f"{i}.png": png_bytes() for i in range(5)})
+    assert upload(client, auth_headers, "five.zip", five).status_code == 201
+
+
 def test_zip_over_the_total_unpacked_size_names_the_entry_that_passed_it(
     client, auth_headers, project, monkeypatch
 ):
@@ -408,7 +431,7 @@ def test_uploads_are_parsed_off_the_event_loop(client, auth_headers, project, mo
     """Each parser runs in a worker thread: there no event loop runs, so a worker's request
     is not held up while a researcher's upload is parsed (bench/upload_stall.py measures it)."""
     from app.api import objects as objects_api
-    from app.services import image_zip, objects, upload_parsing
+    from app.services import image_zip, imports, upload_parsing
 
     threads: dict[str, bool] = {}
 
@@ -429,7 +452,7 @@ def test_uploads_are_parsed_off_the_event_loop(client, auth_headers, project, mo
         (upload_parsing, "objects_rows"),
         (upload_parsing, "answer_arrays"),
         (image_zip, "add_image_zip"),
-        (objects, "add_object_rows"),
+        (imports, "step"),
         (objects_api, "_created_json"),
     ]:
         spy(module, name)
@@ -442,7 +465,7 @@ def test_uploads_are_parsed_off_the_event_loop(client, auth_headers, project, mo
         headers=auth_headers,
     ).is_success
     assert threads == dict.fromkeys(
-        ["objects_rows", "answer_arrays", "add_image_zip", "add_object_rows", "_created_json"],
+        ["objects_rows", "answer_arrays", "add_image_zip", "step", "_created_json"],
         False,
     )
 
