@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from app.config import get_settings
+from app.supervisor import SUPERVISOR_PID
 from app.training.kinds import kind_names
 
 app = typer.Typer(
@@ -172,6 +174,7 @@ def _fill_demo(slug: str, answers: int, seed: int) -> None:
 
     from app.db.models import Model, Object
     from app.errors import AppError
+    from app.services.imports import visible_objects
     from app.services.projects import get_project
     from app.simulate import simulate_in_process
     from app.training.kinds import KINDS
@@ -180,7 +183,9 @@ def _fill_demo(slug: str, answers: int, seed: int) -> None:
     with _session() as db:
         project = get_project(db, slug)
         rows = db.scalars(
-            select(Object).where(Object.project_id == project.id).order_by(Object.index)
+            select(Object)
+            .where(Object.project_id == project.id, visible_objects(project.id))
+            .order_by(Object.index)
         ).all()
     features = np.array([o.features for o in rows], dtype=float)
     targets = np.array([np.nan if o.target is None else o.target for o in rows])
@@ -352,7 +357,8 @@ def serve(
     host: Annotated[str | None, typer.Option(help="Address to bind (default: settings).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default: settings).")] = None,
     workers: Annotated[
-        int | None, typer.Option(help="Server processes (default: settings' web_workers).")
+        int | None,
+        typer.Option(help="Server processes (default: web_workers; 2 on PostgreSQL, 1 on SQLite)."),
     ] = None,
 ) -> None:
     """Apply migrations, create the first admin key and the demo, then serve HTTP."""
@@ -377,12 +383,16 @@ def serve(
     typer.echo(f"Dashboard: http://{host}:{port}/dashboard  (sign in with an API key)")
     if settings.demo:
         typer.echo(f"Demo worker page: http://{host}:{port}/w/{DEMO_SLUG}")
+    processes = workers or settings.server_processes()
+    if processes > 1:
+        # The worker processes stop with this one, even when it is killed (app.main).
+        os.environ[SUPERVISOR_PID] = str(os.getpid())
     uvicorn.run(
         "app.main:create_app",
         factory=True,
         host=host,
         port=port,
-        workers=workers or settings.web_workers,
+        workers=processes,
         log_level="warning",
     )
 

@@ -31,6 +31,7 @@ from app.api.uploads import BodySizeLimit
 from app.config import Settings, get_settings
 from app.errors import install_error_handlers
 from app.schemas.common import ErrorBody, ValidationErrorBody
+from app.supervisor import runs_jobs_here, stop_with_supervisor
 
 FRONTEND = Path(__file__).resolve().parents[1] / "frontend"
 FRONTEND_STATIC = FRONTEND / "static"
@@ -63,11 +64,12 @@ WORKER_ERRORS: dict[int | str, dict] = {
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    stop_with_supervisor()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runner = None
-        if settings.run_jobs:
+        if settings.run_jobs and runs_jobs_here(settings.data_dir):
             from app.training.runner import JobRunner
 
             runner = JobRunner.from_settings(settings)

@@ -269,7 +269,7 @@ def wait_for_adaptive_batch(client: httpx.Client, headers: dict[str, str]) -> No
     assert response.status_code == 201, response.text
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        jobs = client.get("/api/projects/bench/jobs", headers=headers).json()
+        jobs = client.get("/api/projects/bench/jobs", headers=headers).json()["data"]
         if any(j["status"] == "succeeded" for j in jobs):
             time.sleep(2.0)  # the job stores the batch right after the model
             return

@@ -8,17 +8,17 @@ from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 from weakref import WeakKeyDictionary
 
-from anyio import CapacityLimiter, to_thread
 from fastapi import APIRouter, Depends, Header, status
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.api.deps import SessionDep
 from app.api.ratelimit import limit_worker
+from app.api.turns import in_turn
 from app.config import get_settings
 from app.db.models import Project, WorkSession
 from app.db.session import ensure_write
-from app.errors import NotFound
+from app.errors import AppError, NotFound
 from app.schemas.worker import (
     AnswerCreate,
     AnswerRecorded,
@@ -73,23 +73,9 @@ def create_session(project: ProjectDep, data: SessionCreate, db: SessionDep) -> 
     )
 
 
-# The two routes a worker calls for every question do all their database work in one
-# function run in one worker thread: each dependency run in a thread costs a hop. And they
-# take turns in this process, waiting on the event loop rather than in threads: on SQLite
-# one at a time (one writer at a time anyway; SQLite's own busy handler would sleep up to
-# 100 ms between retries), on PostgreSQL two at a time (one can wait on the network while
-# the other computes). Sixteen threads queueing on a lock, or on the project's row lock
-# while others hold the GIL, cost CPU in wake-ups and keep the lock holder waiting
-# (profiled; on PostgreSQL measured 47 round trips/s with no limit or 4 threads, 60 with 2).
-_turns: WeakKeyDictionary[asyncio.AbstractEventLoop, CapacityLimiter] = WeakKeyDictionary()
-
-
 async def _in_thread(function: Callable[..., T], *args: Any) -> T:
-    loop = asyncio.get_running_loop()
-    if loop not in _turns:
-        sqlite = get_settings().database_url.startswith("sqlite")
-        _turns[loop] = CapacityLimiter(1 if sqlite else 2)
-    return await to_thread.run_sync(function, *args, limiter=_turns[loop])
+    """The worker routes' database work, in its turn (see :mod:`app.api.turns`)."""
+    return await in_turn(function, *args)
 
 
 @router.get("/sessions/{session_id}/next", response_model=NextQuery)
@@ -258,25 +244,43 @@ Result = tuple[AnswerRecorded | Exception, int | None]  # the reply or the error
 
 
 def _record_group(db: Session, answers: list[Answer]) -> list[Result]:
-    """Record ``answers`` in one transaction, each in a savepoint; see :class:`AnswerGroups`."""
+    """Record ``answers`` in one transaction; see :class:`AnswerGroups`.
+
+    On SQLite each answer runs in a savepoint, undone alone if it fails. On PostgreSQL
+    savepoints would cost two statements per answer, made while the project is held, so
+    there are none: an answer refused for bad input (an ``AppError``) was refused before
+    it wrote anything (see :func:`responses.wrote`) and the others go on; any other
+    failure rolls the group back, and each answer is then recorded alone.
+    """
     if len(answers) == 1:
         return [_record_alone(db, answers[0])]
     ensure_write(db, durable=True)
     transaction = db.get_transaction()
+    savepoints = db.get_bind().dialect.name != "postgresql"
+    if not savepoints:
+        # Every transaction locks sessions before their project (GET …/next, an answer,
+        # deletion). A group that locked its project with its first answer and then waited
+        # for a later answer's session, held by a GET …/next waiting for that project,
+        # would deadlock: it takes all its sessions first, in one order.
+        sessions.hold_sessions(db, {answer[0] for answer in answers})
     results: list[Result] = []
     for session_id, authorization, data in answers:
-        savepoint = db.begin_nested()
+        savepoint = db.begin_nested() if savepoints else None
         try:
             work, project, issued = responses.answer_and_next(
                 db, session_id, authorization, data.token, data.choice, data.client_ms,
                 commit=False,
             )  # fmt: skip
             result: Result = (_recorded(db, work, project, issued), project.id)
-            savepoint.commit()
+            if savepoint is not None:
+                savepoint.commit()
         except Exception as error:
             if db.get_transaction() is not transaction:
                 break  # rolled back with the others' answers: record each alone
-            savepoint.rollback()
+            if savepoint is not None:
+                savepoint.rollback()
+            elif not isinstance(error, AppError) or responses.wrote(db):
+                break  # what it wrote cannot be undone alone: record each alone
             result = (error, None)
         results.append(result)
     else:

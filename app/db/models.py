@@ -27,6 +27,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -249,7 +250,15 @@ class Answer(Base):
     """An append-only record of one comparison (crowd, import or simulated)."""
 
     __tablename__ = "answers"
-    __table_args__ = (Index("ix_answers_project_kind", "project_id", "kind", "id"),)
+    __table_args__ = (
+        Index("ix_answers_project_kind", "project_id", "kind", "id"),
+        Index(
+            "ix_answers_import_id",
+            "import_id",
+            sqlite_where=text("import_id IS NOT NULL"),
+            postgresql_where=text("import_id IS NOT NULL"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
@@ -279,6 +288,32 @@ class Answer(Base):
     server_ms: Mapped[float | None] = mapped_column(Float)
     client_ms: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # Set on the rows of an import while it is written: they stay hidden while their
+    # ``imports`` row exists (see app/services/imports.py); NULL for every other answer.
+    import_id: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class Import(Base):
+    """An upload being written in short transactions; its rows are hidden until it ends.
+
+    Objects: the rows at ``first_index`` and after (past the project's ``n_objects``, so
+    hidden); answers: the rows whose ``import_id`` is this id. Ending the import (deleting
+    this row, with ``n_objects`` raised for objects) shows them all at once; a row whose
+    ``heartbeat_at`` went stale belongs to an import that died, and is cleaned up.
+    """
+
+    __tablename__ = "imports"
+    __table_args__ = {"sqlite_autoincrement": True}  # an id never names two imports
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), index=True
+    )
+    kind: Mapped[str] = mapped_column(String(10))  # objects | answers
+    first_index: Mapped[int | None] = mapped_column(Integer)
+    n_rows: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class StrategyState(Base):

@@ -13,10 +13,12 @@ from numpy.typing import ArrayLike
 from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
-from app.db.bulk import insert_rows
+from app.db.bulk import bind_value, execute_insert, prepare_insert
 from app.db.models import Answer, Object, Participant, Project, utcnow
+from app.db.session import begin_write
 from app.errors import InvalidInput
 from app.learning.triplets import check_triplets
+from app.services import imports
 from app.services.csv_io import read_csv, safe_cell
 from app.services.projects import lock_project
 
@@ -63,33 +65,55 @@ def check_pairs(pairs: np.ndarray, n_objects: int) -> np.ndarray:
 
 def import_answers(
     db: Session, project: Project, triplets: ArrayLike, pairs: ArrayLike
-) -> tuple[int, int]:
-    """Store comparisons collected elsewhere, all or nothing; source is ``import``."""
+) -> imports.Steps[tuple[int, int]]:
+    """The steps (see :mod:`app.services.imports`) that store comparisons collected
+    elsewhere (source ``import``), all or nothing: validated first, then written a chunk per
+    transaction, hidden until the last. Result: how many triplets and pairs."""
     triplets = np.asarray(triplets, dtype=np.int64).reshape(-1, 3)
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 3)
     if not len(triplets) and not len(pairs):
         raise InvalidInput("nothing to import: give 'triplets' and/or 'pairs'")
-    # Validate and build the rows before taking the lock: the write lock (on SQLite, the
-    # database's only one, which every worker's answer waits for) then covers the insert
-    # alone. A project's objects are never removed, so indices valid now stay valid.
+    # A project's objects are never removed, so indices valid now stay valid.
     db.refresh(project)
     try:
         triplet_array = check_triplets(triplets, project.n_objects)
     except ValueError as error:
         raise InvalidInput(str(error)) from error
     pair_array = check_pairs(pairs, project.n_objects)
-    now = utcnow()
-    rows = [
-        (project.id, "import", "triplet", a, b, c, None, now) for a, b, c in triplet_array.tolist()
-    ] + [(project.id, "import", "pair", a, b, None, o, now) for a, b, o in pair_array.tolist()]
-    lock_project(db, project, durable=True)
-    insert_rows(
-        db,
-        Answer.__table__,
-        ("project_id", "source", "kind", "a", "b", "c", "outcome", "created_at"),
-        rows,
-    )
+    table = Answer.__table__
+    columns = ("project_id", "source", "kind", "a", "b", "c", "outcome", "created_at", "import_id")
+    statement, _ = prepare_insert(db, table, columns, [])
+    yield True
+    begin_write(db)
+    import_id = imports.begin(db, project, "answers", len(triplet_array) + len(pair_array), None)
     db.commit()
+    try:
+        # Encoded once: the driver takes every row's values as they are.
+        now = bind_value(db, table, "created_at", utcnow())
+        for kind, array in (("triplet", triplet_array), ("pair", pair_array)):
+            for first in range(0, len(array), imports.CHUNK_ROWS):
+                yield False
+                chunk = array[first : first + imports.CHUNK_ROWS].tolist()
+                head = (project.id, "import", kind)
+                if kind == "triplet":
+                    rows = [(*head, a, b, c, None, now, import_id) for a, b, c in chunk]
+                else:
+                    rows = [(*head, a, b, None, o, now, import_id) for a, b, o in chunk]
+                yield True
+                begin_write(db)
+                imports.touch(db, import_id)
+                execute_insert(db, statement, rows)
+                db.commit()
+        yield True
+        lock_project(db, project, durable=True)
+        imports.end(db, import_id)
+        first_id = imports.first_answer_id(db, import_id)
+        if first_id is not None:
+            imports.lower_watermarks(db, project, first_id)
+        db.commit()  # durable: it also makes every chunk's commit before it reach the disk
+    except BaseException:
+        imports.discard(db, import_id)
+        raise
     return len(triplet_array), len(pair_array)
 
 
@@ -146,7 +170,7 @@ def _export_statement(project: Project):  # type: ignore[no-untyped-def]
         names[0].name, names[1].name, names[2].name, Answer.source, Answer.strategy,
         Answer.participant_id, Participant.external_id, Participant.flagged, Answer.session_id,
         Answer.server_ms, Answer.client_ms, Answer.position, Answer.created_at,
-    ).where(Answer.project_id == project.id)  # fmt: skip
+    ).where(Answer.project_id == project.id, imports.visible_answers())  # fmt: skip
     for alias, column in zip(names, (Answer.a, Answer.b, Answer.c), strict=True):
         statement = statement.outerjoin(
             alias, (alias.project_id == Answer.project_id) & (alias.index == column)
@@ -201,6 +225,7 @@ def triplets_array(db: Session, project: Project) -> np.ndarray:
     rows = db.execute(
         select(Answer.a, Answer.b, Answer.c)
         .where(Answer.project_id == project.id, Answer.kind == "triplet")
+        .where(imports.visible_answers())
         .order_by(Answer.id)
     ).all()
     return np.asarray(rows, dtype=np.int64).reshape(-1, 3)

@@ -21,6 +21,7 @@ from app.active.planner import Planner
 from app.db.models import Answer, Object, Project, Query, Question, StrategyState, utcnow
 from app.errors import InvalidInput
 from app.schemas.plans import Plan
+from app.services.imports import visible_answers, visible_objects
 
 KIND = "comprf"
 RECENT_SECONDS = 30.0  # answers are read again for this long: they may commit out of id order
@@ -37,6 +38,7 @@ _NEW_ANSWERS = (
         _answers.c.kind == "triplet",
         _answers.c.id > bindparam("floor"),
         _answers.c.gold_correct.is_(None),  # attention checks are not data
+        visible_answers(_answers),
         or_(_queries.c.id.is_(None), ~_queries.c.is_repeat),  # a repeat is the same worker
     )
     .order_by(_answers.c.id)
@@ -49,7 +51,9 @@ def comprf_positions(plan: Plan) -> list[int]:
 
 def object_labels(db: Session, project: Project) -> list[str | None]:
     rows = db.execute(
-        select(Object.index, Object.label).where(Object.project_id == project.id)
+        select(Object.index, Object.label).where(
+            Object.project_id == project.id, visible_objects(project.id)
+        )
     ).all()
     labels: list[str | None] = [None] * project.n_objects
     for index, label in rows:

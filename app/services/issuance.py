@@ -6,6 +6,7 @@ so two sessions never take the same last question and budgets are never overrun.
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections import Counter
@@ -28,6 +29,7 @@ from app.db.models import Object, Project, Query, Question, WorkSession, utcnow
 from app.db.session import ensure_write
 from app.errors import InvalidInput
 from app.schemas.plans import Plan
+from app.services import round_trip_sql
 from app.services.comprf import prepared_planner, waiting_for_answers
 from app.services.sessions import (
     authenticate_session_in_project,
@@ -51,6 +53,14 @@ class Issued:
     done: bool = False
     message: str = ""
     objects: Sequence[Row] = ()  # the query's objects in the order shown
+
+
+@dataclass
+class Prefetched:
+    """What the answer's statement read for issuing (PostgreSQL, see round_trip_sql.ANSWER):
+    the first open question the participant has not seen, or None."""
+
+    open_question: Question | None
 
 
 def planner_for(project: Project, plan: Plan | None = None) -> Planner:
@@ -184,6 +194,7 @@ def next_query(
     *,
     none_open: bool = False,
     expire_every: float = 0.0,
+    prefetched: Prefetched | None = None,
 ) -> Issued:
     """The session's open question, or a newly issued one, or the end of the session.
 
@@ -192,8 +203,9 @@ def next_query(
     by that hold, on SQLite by the write lock taken before the first read.
     ``none_open``: the session is known to hold no open question. ``expire_every``: free
     expired leases of the project only if this process has not in that many seconds (leases
-    last minutes; one statement less per question). The caller commits (the question issued
-    is only valid once committed).
+    last minutes; one statement less per question). ``prefetched``: read under the same
+    hold, so still true unless leases are freed or a comprf strategy closes questions first.
+    The caller commits (the question issued is only valid once committed).
     """
     if work.finished_at is not None:
         return Issued(None, done=True)
@@ -207,17 +219,30 @@ def next_query(
         finish_session(db, work)
         return Issued(None, done=True)
     now = utcnow()
-    if not expire_every or time.monotonic() - _expired_at.get(project.id, -1e9) > expire_every:
-        expire_leases(db, project, now)
+    due = not expire_every or time.monotonic() - _expired_at.get(project.id, -1e9) > expire_every
+    if due and expire_leases(db, project, now):
+        prefetched = None  # a freed question may come before the one read
     plan = Plan.model_validate(project.plan)
     rng = np.random.default_rng([plan.seed, _session_number(work.id), work.answered, 7])
     question, is_repeat = _repeat_question(db, work, plan, rng)
+    # The order shown is drawn now (a repeated triplet is shown mirrored: no draw), so the
+    # draws are the same whichever way the question is found and issued.
+    mirrored = is_repeat and question is not None and question.kind == "triplet"
+    swap = False if mirrored else bool(rng.random() < 0.5)
     created = False
     learning = prepared_planner(db, project, plan)  # comprf: its trees, current; else None
-    if question is None:
+    if learning is not None:
+        prefetched = None  # preparing may have closed questions
+    if question is None and prefetched is not None:
+        question = prefetched.open_question
+    elif question is None:
         question = _open_question(db, project, work)
     if question is None:
-        question, created = _new_question(db, project, work, plan, learning)
+        # PostgreSQL: the new question is issued in the statement that creates it.
+        issue_new = _IssueNew(db, project, work, swap, now) if _postgresql(db) else None
+        question, created, issued = _new_question(db, project, work, plan, learning, issue_new)
+        if issued is not None:
+            return issued
     if question is None and waiting_for_answers(learning):  # comprf: the session goes on
         return Issued(None, done=True, message=WAITING_MESSAGE)
     if question is None:
@@ -226,22 +251,29 @@ def next_query(
             finish_session(db, work)
         return Issued(None, done=True, message=message)
 
-    query = _issue(db, project, work, question, is_repeat, rng, now, place_taken=created)
+    if not is_repeat and not created and _postgresql(db):
+        return _issue_existing(db, project, work, question, swap, now)
+    query = _issue(db, project, work, question, is_repeat, swap, now, place_taken=created)
     objects = query_objects(db, project, query)
     return Issued(query, objects=objects)
+
+
+def _postgresql(db: Session) -> bool:
+    return db.get_bind().dialect.name == "postgresql"
 
 
 _expired_at: dict[int, float] = {}  # project id -> when this process last freed its leases
 
 
-def expire_leases(db: Session, project: Project, now: datetime) -> None:
-    """Free the questions whose lease ran out, so someone else may be asked."""
+def expire_leases(db: Session, project: Project, now: datetime) -> int:
+    """Free the questions whose lease ran out, so someone else may be asked; how many."""
     _expired_at[project.id] = time.monotonic()
     expired = db.execute(_EXPIRE_LEASES, {"project": project.id, "now": now}).all()
     # Repeats never held a place among a question's wanted answers.
     freed = Counter(question_id for question_id, is_repeat in expired if not is_repeat)
     for question_id, count in freed.items():
         count_places(db, question_id, live=-count)
+    return len(expired)
 
 
 # Built once on the table (no ORM bookkeeping): this runs twice per question answered.
@@ -293,27 +325,45 @@ def _open_question(db: Session, project: Project, work: WorkSession) -> Question
 
 
 def _new_question(
-    db: Session, project: Project, work: WorkSession, plan: Plan, planner: Planner | None = None
-) -> tuple[Question | None, bool]:
-    """Ask the plan's strategies for a question this participant has not seen; and whether
-    it was created now (with its first place taken, see :func:`_create_question`)."""
+    db: Session,
+    project: Project,
+    work: WorkSession,
+    plan: Plan,
+    planner: Planner | None = None,
+    issue_new: _IssueNew | None = None,
+) -> tuple[Question | None, bool, Issued | None]:
+    """Ask the plan's strategies for a question this participant has not seen; whether it
+    was created now (with its first place taken, see :func:`_question_values`); and, with
+    ``issue_new`` (PostgreSQL), the question already issued with it in one statement."""
     planner = planner or planner_for(project, plan)
     state: dict[str, Any] = project.plan_state or planner.initial_state()
     step = project.plan_step
+    saved = False  # the progress is saved by the statement that issued the question
     try:
         for _ in range(MAX_PROPOSALS):
             proposed = planner.propose(state, step)
             step += 1
             if proposed is None:
-                return None, False
+                return None, False, None
             position, proposal = proposed
+            values = _question_values(project, proposal, position, planner, plan)
+            if_created = state
+            if position >= 0:
+                if_created = {**state, "created": [*state["created"]]}
+                if_created["created"][position] += 1
             # Usually a new question: created in one statement, unless its key exists.
-            question = _create_question(db, project, proposal, position, planner, plan)
-            if question is not None:
-                if position >= 0:
-                    state = {**state, "created": [*state["created"]]}
-                    state["created"][position] += 1
-                return question, True
+            if issue_new is not None:
+                issued = issue_new(values, if_created, step)
+                if issued is not None:
+                    state, saved = if_created, True
+                    return None, True, issued
+            else:
+                values["id"] = db.execute(
+                    _INSERT_NEW_QUESTION[db.get_bind().dialect.name], values
+                ).scalar()
+                if values["id"] is not None:
+                    state = if_created
+                    return Question(**values), True, None
             existing = _detached(
                 Question,
                 db.execute(_QUESTION_BY_KEY, {"project": project.id, "key": proposal.key}).first(),
@@ -323,22 +373,25 @@ def _new_question(
                 _SEEN_QUESTION, {"participant": work.participant_id, "question": existing.id}
             )
             if existing.is_open and not seen:
-                return existing, False
-        return None, False
+                return existing, False, None
+        return None, False, None
     finally:
-        db.execute(_SAVE_PLAN_PROGRESS, {"project": project.id, "state": state, "step": step})
+        if not saved:
+            db.execute(_SAVE_PLAN_PROGRESS, {"project": project.id, "state": state, "step": step})
         set_committed_value(project, "plan_state", state)
         set_committed_value(project, "plan_step", step)
 
 
-def _create_question(
-    db: Session, project: Project, proposal: Proposal, position: int, planner: Planner, plan: Plan
-) -> Question | None:
-    """The question of ``proposal``, inserted now; None if the project has it already."""
+def _question_values(
+    project: Project, proposal: Proposal, position: int, planner: Planner, plan: Plan
+) -> dict[str, Any]:
+    """The row of the question of ``proposal``, as created for the session about to be asked
+    it: its first place is taken at once, which saves the count update that issuing an
+    existing question needs."""
     strategy = planner.planned[position].strategy if position >= 0 else planner.gold_source
     wanted = strategy.answers_wanted(proposal, plan.redundancy) if strategy is not None else 1
     objects = [*proposal.objects, None][:3]
-    values = {
+    return {
         "project_id": project.id,
         "key": proposal.key,
         "kind": proposal.kind,
@@ -350,18 +403,47 @@ def _create_question(
         "strategy_ref": proposal.ref or None,
         "gold_choice": proposal.gold_choice,
         "wanted": wanted,
-        # Created for the session about to be asked it: its first place is taken at once,
-        # which saves the count update that issuing an existing question needs.
         "live": 1,
         "answered": 0,
         "is_open": wanted > 1,  # answered + live < wanted
         "created_at": utcnow(),
     }
-    # A Core INSERT, and the row as a detached object: the unit of work's flush costs more
-    # than the INSERT (profiled), and nothing changes the question through the ORM.
-    insert_new = _INSERT_NEW_QUESTION[db.get_bind().dialect.name]
-    values["id"] = db.execute(insert_new, values).scalar()
-    return None if values["id"] is None else Question(**values)
+
+
+def _shown(kind: str, o1: int, o2: int, o3: int | None, swap: bool) -> tuple[int, ...]:
+    """The objects in the order shown: a triplet's candidates, or a pair, swapped or not."""
+    if kind == "triplet":
+        return (o1, o3, o2) if swap else (o1, o2, o3)  # type: ignore[return-value]
+    return (o2, o1) if swap else (o1, o2)
+
+
+def _query_values(
+    project: Project,
+    work: WorkSession,
+    question: Question | dict[str, Any],
+    shown: tuple[int, ...],
+    is_repeat: bool,
+    now: datetime,
+) -> dict[str, Any]:
+    """The row of a query handing ``question`` to ``work``, with a fresh token."""
+    kind = question["kind"] if isinstance(question, dict) else question.kind
+    objects = [*shown, None][:3]
+    return {
+        "project_id": project.id,
+        "question_id": question["id"] if isinstance(question, dict) else question.id,
+        "session_id": work.id,
+        "participant_id": work.participant_id,
+        "kind": kind,
+        "o1": objects[0],
+        "o2": objects[1],
+        "o3": objects[2],
+        "status": "issued",
+        "is_repeat": is_repeat,
+        "token": secrets.token_urlsafe(24),
+        "issued_at": now,
+        "expires_at": now + timedelta(seconds=get_settings().lease_seconds),
+        "answered_at": None,
+    }
 
 
 def _issue(
@@ -370,48 +452,93 @@ def _issue(
     work: WorkSession,
     question: Question,
     is_repeat: bool,
-    rng: np.random.Generator,
+    swap: bool,
     now: datetime,
     *,
     place_taken: bool = False,
 ) -> Query:
-    """Hand ``question`` to ``work`` with a fresh token; candidates in random order."""
-    if question.kind == "triplet":
-        left, right = question.o2, question.o3
-        if is_repeat:
-            original = db.scalar(
-                select(Query).where(Query.session_id == work.id, Query.question_id == question.id)
-            )
-            assert original is not None
-            left, right = original.o3, original.o2  # mirrored
-        elif rng.random() < 0.5:
-            left, right = right, left
-        shown = (question.o1, left, right)
-    else:
-        first, second = question.o1, question.o2
-        if rng.random() < 0.5:
-            first, second = second, first
-        shown = (first, second, None)
-    values = {
-        "project_id": project.id,
-        "question_id": question.id,
-        "session_id": work.id,
-        "participant_id": work.participant_id,
-        "kind": question.kind,
-        "o1": shown[0],
-        "o2": shown[1],
-        "o3": shown[2],
-        "status": "issued",
-        "is_repeat": is_repeat,
-        "token": secrets.token_urlsafe(24),
-        "issued_at": now,
-        "expires_at": now + timedelta(seconds=get_settings().lease_seconds),
-        "answered_at": None,
-    }
+    """Hand ``question`` to ``work`` with a fresh token; candidates in the order drawn
+    (``swap``), a repeated triplet's mirrored."""
+    shown = _shown(question.kind, question.o1, question.o2, question.o3, swap)
+    if is_repeat and question.kind == "triplet":
+        original = db.scalar(
+            select(Query).where(Query.session_id == work.id, Query.question_id == question.id)
+        )
+        assert original is not None
+        shown = (question.o1, original.o3, original.o2)  # mirrored
+    values = _query_values(project, work, question, shown, is_repeat, now)
     values["id"] = db.execute(_INSERT_QUERY, values).scalar_one()  # Core, as for questions
     if not is_repeat and not place_taken:
         count_places(db, question.id, live=1)
     return Query(**values)
+
+
+class _IssueNew:
+    """PostgreSQL: create a proposed question, save the plan's progress and issue the query,
+    in one statement (round_trip_sql.ISSUE_NEW); None if the project has the question."""
+
+    def __init__(
+        self, db: Session, project: Project, work: WorkSession, swap: bool, now: datetime
+    ) -> None:
+        self.db, self.project, self.work, self.swap, self.now = db, project, work, swap, now
+
+    def __call__(self, values: dict[str, Any], state: dict[str, Any], step: int) -> Issued | None:
+        shown = _shown(values["kind"], values["o1"], values["o2"], values["o3"], self.swap)
+        query = _query_values(
+            self.project, self.work, {**values, "id": None}, shown, False, self.now
+        )
+        params = {
+            **values,
+            "project": self.project.id,
+            "strategy_ref": _json(values["strategy_ref"]),
+            "state": _json(state),
+            "step": step,
+            "now": self.now,
+        }
+        return _issued_in_one_statement(self.db, round_trip_sql.ISSUE_NEW, params, query, self.work)
+
+
+def _issue_existing(
+    db: Session, project: Project, work: WorkSession, question: Question, swap: bool, now: datetime
+) -> Issued:
+    """PostgreSQL: lease one more place of ``question`` and issue its query in one statement
+    (round_trip_sql.ISSUE_EXISTING)."""
+    shown = _shown(question.kind, question.o1, question.o2, question.o3, swap)
+    query = _query_values(project, work, question, shown, False, now)
+    params = {"question": question.id, "project": project.id, "now": now}
+    issued = _issued_in_one_statement(db, round_trip_sql.ISSUE_EXISTING, params, query, work)
+    assert issued is not None  # the question exists: issuing holds the project
+    return issued
+
+
+def _issued_in_one_statement(
+    db: Session, statement: Any, params: dict[str, Any], query: dict[str, Any], work: WorkSession
+) -> Issued | None:
+    shown = [i for i in (query["o1"], query["o2"], query["o3"]) if i is not None]
+    rows = db.execute(
+        statement,
+        {
+            **params,
+            "session": work.id,
+            "participant": work.participant_id,
+            "kind": query["kind"],
+            "s1": query["o1"],
+            "s2": query["o2"],
+            "s3": query["o3"],
+            "token": query["token"],
+            "expires": query["expires_at"],
+            "shown": shown,
+        },
+    ).all()
+    if not rows:
+        return None
+    query["id"], query["question_id"] = rows[0].query_id, rows[0].question_id
+    by_index = {row.index: row for row in rows}
+    return Issued(Query(**query), objects=[by_index[i] for i in shown])
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value)  # as SQLAlchemy's JSON type does (None: JSON null)
 
 
 def finish_session(db: Session, work: WorkSession) -> None:

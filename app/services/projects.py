@@ -11,6 +11,7 @@ from app.config import get_settings
 from app.db.models import (
     Answer,
     ApiKey,
+    Import,
     Job,
     Model,
     Object,
@@ -24,6 +25,7 @@ from app.db.session import begin_write
 from app.errors import Conflict, NotFound
 from app.schemas.plans import Plan
 from app.schemas.projects import ProjectCreate, ProjectStats, ProjectUpdate
+from app.services.imports import visible_answers
 
 
 def get_project(
@@ -82,7 +84,7 @@ def update_project(db: Session, project: Project, data: ProjectUpdate) -> Projec
 def count_answers(db: Session, project: Project) -> dict[str, int]:
     rows = db.execute(
         select(Answer.kind, func.count())
-        .where(Answer.project_id == project.id)
+        .where(Answer.project_id == project.id, visible_answers())
         .group_by(Answer.kind)
     ).all()
     counts = {kind: n for kind, n in rows}
@@ -155,5 +157,5 @@ def delete_project(db: Session, project: Project, *, force: bool) -> None:
 # order a worker's answer locks their rows; the project's own row goes last.
 DELETE_ORDER = tuple(
     model.__table__
-    for model in (Answer, Query, Question, WorkSession, Participant, Model, Job, Object)
+    for model in (Answer, Import, Query, Question, WorkSession, Participant, Model, Job, Object)
 )

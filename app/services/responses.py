@@ -14,10 +14,22 @@ from sqlalchemy.orm.attributes import set_committed_value
 from app.db.models import Answer, Project, Query, Question, WorkSession, utcnow
 from app.db.session import ensure_write
 from app.errors import AppError, Conflict, Forbidden, InvalidInput, NotFound
-from app.services.issuance import COUNT_PLACES, Issued, finish_session, next_for_session, next_query
+from app.services import round_trip_sql
+from app.services.issuance import (
+    COUNT_PLACES,
+    Issued,
+    Prefetched,
+    finish_session,
+    next_for_session,
+    next_query,
+)
 from app.services.projects import project_plan
 from app.services.quality import count_answer, min_answer_ms, review_counts
-from app.services.sessions import authenticate_session_in_project
+from app.services.sessions import (
+    authenticate_session_in_project,
+    completion_code,
+    completion_code_hash,
+)
 
 QUALITY_REVIEW_EVERY = 5
 EXPIRE_LEASES_EVERY = 1.0  # seconds; answering frees expired leases at most this often
@@ -73,6 +85,15 @@ _FIRST_ANSWER = (
 )
 
 
+_WROTE = "answer_wrote"
+
+
+def wrote(db: Session) -> bool:
+    """Whether the latest :func:`answer_and_next` on ``db`` may have written anything (it
+    writes nothing before it stores the answer, and nothing if the answer is refused)."""
+    return bool(db.info.get(_WROTE, True))
+
+
 class Gone(AppError):
     status_code = 410
 
@@ -102,8 +123,12 @@ def answer_and_next(
     """
     ensure_write(db, durable=True)
     transaction = db.get_transaction()
+    db.info[_WROTE] = False
     work, project = authenticate_session_in_project(db, session_id, authorization, hold=True)
-    work, stored = record_answer(db, work, token, choice, client_ms, project=project, commit=False)
+    work, stored, prefetched = record_answer(
+        db, work, token, choice, client_ms, project=project, commit=False
+    )
+    db.info[_WROTE] = True  # issuing writes
     if db.get_transaction() is not transaction:
         # A race with the same token ended the transaction (and its hold): issue anew. Not
         # in a group: the others' answers went with the transaction, which they must know.
@@ -113,7 +138,14 @@ def answer_and_next(
         return work, project, issued
     # Having just answered its question, the session holds no other: a session is issued
     # one at a time, under the same hold.
-    issued = next_query(db, project, work, none_open=stored, expire_every=EXPIRE_LEASES_EVERY)
+    issued = next_query(
+        db,
+        project,
+        work,
+        none_open=stored,
+        expire_every=EXPIRE_LEASES_EVERY,
+        prefetched=prefetched,
+    )
     if commit:
         db.commit()
     return work, project, issued
@@ -128,10 +160,12 @@ def record_answer(
     *,
     project: Project | None = None,
     commit: bool = True,
-) -> tuple[WorkSession, bool]:
+) -> tuple[WorkSession, bool, Prefetched | None]:
     """Store the answer to the query ``token``; a repeat of the same answer stores nothing.
 
-    Returns the session and whether the answer was stored now. The answer is committed
+    Returns the session, whether the answer was stored now, and on PostgreSQL, where the
+    answer is stored by one statement that also reads for issuing, what it read (see
+    :class:`~app.services.issuance.Prefetched`; None on SQLite). The answer is committed
     before this returns, unless ``commit`` is false: then the caller commits the
     transaction (durable, see :func:`answer_and_next`). ``project``: ``work``'s project, if
     already read.
@@ -142,13 +176,25 @@ def record_answer(
         raise InvalidInput(f"client_ms must be between 0 and {MAX_CLIENT_MS}, got {client_ms}")
     ensure_write(db, durable=True)  # the answer's commit waits for the disk (begin_write)
     now = utcnow()
+    project = project or db.get(Project, work.project_id)
+    assert project is not None  # a foreign key guarantees it
+    db.info[_WROTE] = True  # from here on, until known otherwise
+    if db.get_bind().dialect.name == "postgresql":
+        stored = _record_in_one_statement(db, work, project, token, choice, client_ms, now)
+        if stored is None:
+            db.info[_WROTE] = False  # the statement changes all or nothing: nothing
+            return _not_claimed(db, work, token, choice), False, None
+        if commit:
+            db.commit()
+        return work, True, stored
     # The usual case in one statement: this session's question, still leased, and a choice it
     # offered, marked answered (unless another request did first). Otherwise, find out why.
     row = db.execute(
         _CLAIM, {"given_token": token, "session": work.id, "now": now, "choice": choice}
     ).first()
     if row is None:
-        return _not_claimed(db, work, token, choice), False
+        db.info[_WROTE] = False  # claimed nothing, changed nothing
+        return _not_claimed(db, work, token, choice), False, None
     query = Query(**row._mapping)  # read only, never added to the session
     position = _position(query, choice)
 
@@ -165,13 +211,11 @@ def record_answer(
         db.execute(_INSERT_ANSWER, answer)
     except IntegrityError:  # another request stored an answer to this query first
         db.rollback()
-        return _not_claimed(db, work, token, choice), False
+        return _not_claimed(db, work, token, choice), False, None
     answered = db.execute(_COUNT_SESSION_ANSWER, {"session": work.id}).scalar_one()
     set_committed_value(work, "answered", answered)
     if work.answered >= work.total:
         finish_session(db, work)
-    project = project or db.get(Project, work.project_id)
-    assert project is not None  # a foreign key guarantees it
     counts = count_answer(db, work.participant_id, answer, min_answer_ms(project))
     if work.finished_at is not None or work.answered % QUALITY_REVIEW_EVERY == 0:
         plan = project_plan(project)
@@ -179,7 +223,50 @@ def record_answer(
             review_counts(db, counts, plan)
     if commit:
         db.commit()
-    return work, True
+    return work, True, None
+
+
+def _record_in_one_statement(
+    db: Session,
+    work: WorkSession,
+    project: Project,
+    token: str,
+    choice: int,
+    client_ms: float | None,
+    now: datetime,
+) -> Prefetched | None:
+    """PostgreSQL: the steps of :func:`record_answer` in one statement
+    (round_trip_sql.ANSWER); None if the question was not claimed (nothing changed)."""
+    params = {
+        "token": token,
+        "session": work.id,
+        "now": now,
+        "choice": choice,
+        "project": project.id,
+        "participant": work.participant_id,
+        "source": work.source,
+        "client_ms": client_ms,
+        "min_ms": min_answer_ms(project),
+        "code_hash": completion_code_hash(completion_code(work.id)),
+    }
+    try:
+        row = db.execute(round_trip_sql.ANSWER, params).first()
+    except IntegrityError:  # another request stored an answer to this query first
+        db.rollback()
+        return None
+    if row is None:
+        return None
+    set_committed_value(work, "answered", row.session_answered)
+    set_committed_value(work, "finished_at", row.session_finished_at)
+    set_committed_value(work, "completion_code_hash", row.session_code_hash)
+    if work.finished_at is not None or work.answered % QUALITY_REVIEW_EVERY == 0:
+        plan = project_plan(project)
+        if plan is not None:
+            review_counts(db, row, plan)
+    if row.q_id is None:
+        return Prefetched(None)
+    question = {k[2:]: v for k, v in row._mapping.items() if k.startswith("q_")}
+    return Prefetched(Question(**question))
 
 
 def _not_claimed(db: Session, work: WorkSession, token: str, choice: int) -> WorkSession:

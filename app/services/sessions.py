@@ -185,6 +185,19 @@ _SESSION_IN_PROJECT = (
 # order for every transaction that takes both: no deadlock); a locked row is read as
 # committed last (READ COMMITTED re-reads it once the lock is granted), so both are current.
 _SESSION_IN_PROJECT_HELD = _SESSION_IN_PROJECT.with_for_update(of=[WorkSession, Project])
+# Several sessions, locked in id order (PostgreSQL locks rows as the sort returns them).
+_SESSIONS_HELD = (
+    select(WorkSession.id)
+    .where(WorkSession.id.in_(bindparam("ids", expanding=True)))
+    .order_by(WorkSession.id)
+    .with_for_update()
+)
+
+
+def hold_sessions(db: Session, session_ids: set[str]) -> None:
+    """Lock these sessions, in one order, before any project: a transaction that answers for
+    several sessions keeps the order sessions-then-project of every other one."""
+    db.execute(_SESSIONS_HELD, {"ids": sorted(session_ids)})
 
 
 def authenticate_session_in_project(

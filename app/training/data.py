@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db.models import Answer, Object, Participant, Project
+from app.services.imports import visible_answers, visible_objects
 
 
 @dataclass
@@ -50,7 +51,7 @@ def load_training_data(
     """
     statement = (
         select(Answer.id, Answer.kind, Answer.a, Answer.b, Answer.c, Answer.outcome)
-        .where(Answer.project_id == project.id)
+        .where(Answer.project_id == project.id, visible_answers())
         .where((Answer.strategy.is_(None)) | (Answer.strategy != "gold"))
         .order_by(Answer.id)
     )
@@ -67,7 +68,7 @@ def load_training_data(
     pairs = np.array([(r[2], r[3], r[5]) for r in rows if r[1] == "pair"], dtype=np.intp)
     objects = db.execute(
         select(Object.label, Object.target, Object.features)
-        .where(Object.project_id == project.id)
+        .where(Object.project_id == project.id, visible_objects(project.id))
         .order_by(Object.index)
     ).all()
     labels = np.array([o[0] for o in objects], dtype=object)

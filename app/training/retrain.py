@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from app.db.models import Answer, Job, Project
 from app.errors import AppError, NotFound
 from app.schemas.models import RetrainPolicy
+from app.services.imports import visible_answers
 from app.services.projects import lock_project
 from app.training.jobs import ACTIVE, create_job, parse_params
 
@@ -20,7 +21,12 @@ def set_policy(db: Session, project: Project, policy: RetrainPolicy) -> dict[str
     at most once per ``min_interval_s`` and one job at a time."""
     parse_params(policy.kind, policy.params)
     lock_project(db, project)
-    watermark = db.scalar(select(func.max(Answer.id)).where(Answer.project_id == project.id)) or 0
+    watermark = (
+        db.scalar(
+            select(func.max(Answer.id)).where(Answer.project_id == project.id, visible_answers())
+        )
+        or 0
+    )
     policies = dict(project.retrain or {})
     policies[policy.kind] = {
         **policy.model_dump(mode="json"),
@@ -64,6 +70,7 @@ def _maybe_schedule(
         select(func.count())
         .select_from(Answer)
         .where(Answer.project_id == project.id, Answer.id > policy["last_answer_id"])
+        .where(visible_answers())
     )
     if (new_answers or 0) < policy["every_n_answers"]:
         return None
@@ -78,7 +85,9 @@ def _maybe_schedule(
     if current is None or current["last_answer_id"] != policy["last_answer_id"]:
         db.rollback()  # another process scheduled it meanwhile
         return None
-    watermark = db.scalar(select(func.max(Answer.id)).where(Answer.project_id == project.id))
+    watermark = db.scalar(
+        select(func.max(Answer.id)).where(Answer.project_id == project.id, visible_answers())
+    )
     job_id = None
     try:
         job = create_job(db, project, kind, current["params"], trigger="auto")

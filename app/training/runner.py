@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 
 from app.db.models import Job
 from app.db.session import get_engine, session_factory
+from app.services import imports
 from app.services.adaptive import schedule_refits
 from app.training import jobs as job_service
 from app.training.executor import Executor, make_executor
@@ -80,6 +81,7 @@ class JobRunner:
                 job_service.requeue_stale(db)
             schedule_due(db)
             schedule_refits(db)
+            imports.sweep(db)  # uploads whose process died: their hidden rows go
             self._collect(db)
             while len(self.running) < self.capacity:
                 job = job_service.claim_next(db)

@@ -1,5 +1,6 @@
-"""Group commit: answers arriving together are recorded in one transaction, each in its own
-savepoint, so a refused answer changes nothing and the others are all kept."""
+"""Group commit: answers arriving together are recorded in one transaction (each in its own
+savepoint on SQLite; on PostgreSQL a refused answer is refused before it writes), so a
+refused answer changes nothing and the others are all kept."""
 
 from __future__ import annotations
 
@@ -105,4 +106,51 @@ def test_answers_arriving_together_are_grouped_and_each_kept_or_refused_alone(
         assert n_answers == 8 + 6
         assert sorted(answered) == [1, 1, 2, 2, 2, 2, 2, 2]
         assert refused_status == "issued"  # the refused answers changed nothing
+        client.delete(f"/api/projects/{slug}?force=true", headers=headers)
+
+
+def test_a_group_takes_its_sessions_before_its_project(app, engine: Engine) -> None:
+    """A GET …/next holds its session and waits for the project; a group answering for that
+    session must not hold the project meanwhile (PostgreSQL row locks: a deadlock)."""
+    import threading
+
+    from sqlalchemy import text
+
+    from app.schemas.worker import AnswerCreate
+
+    if engine.dialect.name != "postgresql":
+        return  # SQLite has one write lock, no row locks to order
+    slug = f"order-{uuid.uuid4().hex[:8]}"
+    with committed_requests(app, engine) as headers, TestClient(app) as client:
+        make_project(client, headers, slug)
+        make_objects(client, headers, slug, 12)
+        set_plan(client, headers, slug, queries_per_session=5, gold_rate=0)
+        sessions = [open_session(client, slug, participant=f"o{i}") for i in range(2)]
+        shown = [next_query(client, s, h)["query"] for s, h in sessions]
+        answers = [
+            (sid, h["Authorization"], AnswerCreate(token=q["token"], choice=first_choice(q)))
+            for (sid, h), q in zip(sessions, shown, strict=True)
+        ]
+        with Session(engine) as db:
+            project_id = db.scalar(select(Project.id).where(Project.slug == slug))
+        results: list = []
+        with engine.connect() as other:
+            # "GET …/next" of the second session: its session row first ...
+            other.execute(text("SET deadlock_timeout = '100ms'"))
+            other.execute(
+                text("SELECT id FROM sessions WHERE id = :s FOR UPDATE"), {"s": sessions[1][0]}
+            )
+            with Session(engine) as db:
+                group = threading.Thread(
+                    target=lambda: results.extend(worker._record_group(db, answers))
+                )
+                group.start()
+                group.join(0.5)  # the group now waits for that session
+                # ... then its project: granted at once unless the group holds it (deadlock).
+                other.execute(
+                    text("SELECT id FROM projects WHERE id = :p FOR UPDATE"), {"p": project_id}
+                )
+                other.commit()
+                group.join(10)
+        assert [type(r) for r, _ in results] == [worker.AnswerRecorded] * 2, results
         client.delete(f"/api/projects/{slug}?force=true", headers=headers)
