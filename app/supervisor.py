@@ -71,4 +71,20 @@ def runs_jobs_here(data_dir: Path) -> bool:
         os.close(descriptor)
         return False
     _job_runner_lock = descriptor
+    _remove_stale_locks(data_dir)
     return True
+
+
+def _remove_stale_locks(data_dir: Path) -> None:
+    """Remove the lock files of supervisors that are gone (one is left per multi-process
+    start); a live supervisor's, another server's on the same directory, stays."""
+    for lock in data_dir.glob(".job-runner-*.lock"):
+        pid = lock.name.removeprefix(".job-runner-").removesuffix(".lock")
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            lock.unlink(missing_ok=True)
+        except PermissionError:
+            pass  # alive, another user's

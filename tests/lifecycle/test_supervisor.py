@@ -85,8 +85,14 @@ def test_one_worker_process_runs_the_job_runner_and_a_replacement_takes_over(
         assert process.stdout is not None
         return process, process.stdout.readline().strip() == "True"
 
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=10)
+    stale = tmp_path / f".job-runner-{gone.pid}.lock"  # left by a supervisor that is gone
+    stale.touch()
     first, second = worker(), worker()
     try:
+        assert not stale.exists()
+        assert (tmp_path / f".job-runner-{os.getpid()}.lock").exists()
         assert [first[1], second[1]] == [True, False]
         first[0].kill()
         first[0].wait(timeout=10)
