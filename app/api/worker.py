@@ -33,15 +33,16 @@ from app.schemas.worker import (
 from app.services import issuance, responses, sessions
 from app.services.projects import project_plan
 
-router = APIRouter(prefix="/api/w", tags=["worker"])
+router = APIRouter(prefix="/api/w", tags=["worker"], dependencies=[Depends(limit_worker)])
+# The routes a worker calls for every question, matched before any other (app.main).
+session_router = APIRouter(prefix="/api/w", tags=["worker"])
 T = TypeVar("T")
-LIMITED = [Depends(limit_worker)]
 
-# The two routes a worker calls for every question (GET …/next, POST …/answers) check the
-# rate limits and read the Authorization header themselves: as a dependency and a Header
-# parameter, FastAPI's resolution of them cost ~100 k instructions each per request
-# (callgrind: 13 % of the event loop's share of a round trip). The header is documented as
-# FastAPI documents it; a request over its rate with an invalid body gets 422, not 429.
+# Those routes (GET …/next, POST …/answers) check the rate limits and read the
+# Authorization header themselves: as a dependency and a Header parameter, FastAPI's
+# resolution of them cost ~100 k instructions each per request (callgrind: 13 % of the
+# event loop's share of a round trip). The header is documented as FastAPI documents it;
+# a request over its rate with an invalid body gets 422, not 429.
 AUTHORIZATION_HEADER = {
     "name": "authorization",
     "in": "header",
@@ -67,7 +68,7 @@ def public_project(db: SessionDep, slug: str) -> Project:
 ProjectDep = Annotated[Project, Depends(public_project)]
 
 
-@router.get("/{slug}", response_model=PublicProject, dependencies=LIMITED)
+@router.get("/{slug}", response_model=PublicProject)
 def read_public_project(project: ProjectDep) -> PublicProject:
     return PublicProject(
         slug=project.slug,
@@ -84,7 +85,6 @@ def read_public_project(project: ProjectDep) -> PublicProject:
     "/{slug}/sessions",
     status_code=status.HTTP_201_CREATED,
     response_model=SessionOpened,
-    dependencies=LIMITED,
 )
 def create_session(project: ProjectDep, data: SessionCreate, db: SessionDep) -> SessionOpened:
     """Open (or resume) the session of the participant named by the platform parameters."""
@@ -103,7 +103,7 @@ async def _in_thread(function: Callable[..., T], *args: Any) -> T:
     return await in_turn(function, *args)
 
 
-@router.get("/sessions/{session_id}/next", response_model=NextQuery, **HOT)
+@session_router.get("/sessions/{session_id}/next", response_model=NextQuery, **HOT)
 async def read_next_query(session_id: str, db: SessionDep, request: Request) -> NextQuery:
     """The open question of the session (the same one until it is answered), or the end."""
     return await _in_thread(_next_query, db, session_id, authorized(request))
@@ -159,7 +159,7 @@ def _done(db: Session, project: Project, work: WorkSession, message: str) -> Nex
     )
 
 
-@router.post(
+@session_router.post(
     "/sessions/{session_id}/answers",
     status_code=status.HTTP_201_CREATED,
     response_model=AnswerRecorded,
