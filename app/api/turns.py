@@ -39,7 +39,7 @@ class Turns:
     """``size`` threads of their own that run the turns, in the order they were asked for.
 
     A plain executor, not ``anyio.to_thread``: anyio's checkpoint, capacity limiter and
-    cancel scope per call were 8 % of the event loop's share of a worker round trip
+    cancel scope per call were 4 % of the event loop's instructions per worker round trip
     (callgrind). The executor's queue is the line; ``in_line`` counts the turns asked for
     and not finished, for :func:`_workers_first`.
     """

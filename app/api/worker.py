@@ -81,11 +81,7 @@ def read_public_project(project: ProjectDep) -> PublicProject:
     )
 
 
-@router.post(
-    "/{slug}/sessions",
-    status_code=status.HTTP_201_CREATED,
-    response_model=SessionOpened,
-)
+@router.post("/{slug}/sessions", status_code=status.HTTP_201_CREATED, response_model=SessionOpened)
 def create_session(project: ProjectDep, data: SessionCreate, db: SessionDep) -> SessionOpened:
     """Open (or resume) the session of the participant named by the platform parameters."""
     identity = sessions.identify(data.model_dump(exclude_none=True, exclude={"simulated"}))
