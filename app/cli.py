@@ -394,6 +394,7 @@ def serve(
         port=port,
         workers=processes,
         log_level="warning",
+        access_log=False,  # hidden at "warning" anyway, but each line was still formatted
     )
 
 

@@ -107,10 +107,19 @@ class WorkerLimits:
                 )
 
 
-async def limit_worker(request: Request) -> None:
-    """Dependency of the worker routes (async: it runs on the event loop, no thread hop)."""
+def check_worker_limits(request: Request) -> None:
+    """Raise :class:`TooManyRequests` if the request's address or session is over its rate."""
     limits: WorkerLimits | None = getattr(request.app.state, "worker_limits", None)
     if limits is None:
         return
     address = request.client.host if request.client else "unknown"
     limits.check(address, request.path_params.get("session_id"))
+
+
+async def limit_worker(request: Request) -> None:
+    """Dependency of the worker routes (async: it runs on the event loop, no thread hop).
+
+    The two routes a worker calls for every question call :func:`check_worker_limits`
+    themselves instead (see ``app.api.worker``).
+    """
+    check_worker_limits(request)

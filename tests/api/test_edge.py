@@ -205,6 +205,27 @@ def test_openapi_declares_every_path_parameter_and_the_error_bodies(client):
     assert {"410", "429"} <= set(worker)
 
 
+def test_openapi_lists_paths_in_reading_order_though_worker_sessions_match_first(client):
+    # app.main matches the worker session routes before every other router; the document
+    # still lists the routers in their reading order, and the two hot routes, which read
+    # Authorization themselves, document it as a header parameter like the others.
+    paths = list(client.get("/openapi.json").json()["paths"])
+    assert paths[0] == "/api/projects"
+    worker = [p for p in paths if p.startswith("/api/w/")]
+    assert worker == [
+        "/api/w/{slug}",
+        "/api/w/{slug}/sessions",
+        "/api/w/sessions/{session_id}/next",
+        "/api/w/sessions/{session_id}/answers",
+    ]
+    assert paths.index(worker[0]) > paths.index("/api/projects/{slug}/participants")
+    assert paths.index(worker[-1]) < paths.index("/api/projects/{slug}/models")
+    document = client.get("/openapi.json").json()["paths"]
+    for path, method in ((worker[2], "get"), (worker[3], "post")):
+        parameters = {(p["in"], p["name"]) for p in document[path][method]["parameters"]}
+        assert parameters == {("path", "session_id"), ("header", "authorization")}
+
+
 def test_docs_and_redoc_load_nothing_from_other_hosts(client):
     for page in ("/docs", "/redoc"):
         response = client.get(page)

@@ -9,7 +9,14 @@ from app.api.deps import get_db
 from app.api.ratelimit import TokenBuckets
 from app.config import get_settings
 from app.main import create_app
-from tests.factories import answer_all, make_objects, make_project, next_query, set_plan
+from tests.factories import (
+    answer_all,
+    first_choice,
+    make_objects,
+    make_project,
+    next_query,
+    set_plan,
+)
 
 
 @pytest.fixture
@@ -154,5 +161,10 @@ def test_a_flooding_session_gets_429_with_retry_after(client, project, limited, 
     assert 429 in codes
     last = limited.post("/api/w/crowd/sessions", json={})
     assert last.status_code == 429 and "address" in last.json()["detail"]
+    # Answers count against the same limits as GET …/next (checked by the route itself).
+    query = next_query(client, session_id, headers)["query"]
+    answer = {"token": query["token"], "choice": first_choice(query)}
+    refused = limited.post(f"/api/w/sessions/{session_id}/answers", json=answer, headers=headers)
+    assert refused.status_code == 429 and "retry-after" in refused.headers
     # Researcher routes are not limited.
     assert client.get("/api/w/crowd").status_code == 200
