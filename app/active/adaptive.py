@@ -39,11 +39,12 @@ class AdaptiveTriplets(Strategy):
         model of ``method`` (default ``"tste"``) and ``dims`` (default 2) and asks, for
         each anchor in turn, the candidate pair of a random ``pool`` (default 50) whose
         answer is most uncertain: ``score="entropy"`` (default), the entropy of the
-        model's answer probability at the anchor, or ``score="infogain"``, the expected
+        model's answer probability at the anchor, ``score="infogain"``, the expected
         information gain about the anchor's position of Tamuz et al. (2011), Eq. (6),
-        or ``score="bald"``, the mutual information between the answer and all three
-        positions under a Laplace posterior (Houlsby et al. 2011) (on our benchmark
-        the entropy needs the fewest answers; see the README);
+        ``score="bald"``, the mutual information between the answer and all three
+        positions under a Laplace posterior (Houlsby et al. 2011), or
+        ``score="predictive"``, the entropy of the answer averaged over that posterior
+        (on our benchmark the plain entropy needs the fewest answers; see the README);
         ``"k1"`` / ``"k2"``
         follow the triplet kernels of Kleindessner & von Luxburg (2017) and ask the
         comparisons that support their least-known kernel values (no model needed, the

@@ -21,11 +21,14 @@ Two scorers, both given the answers so far and a seeded generator:
     uncertain, each with a Laplace approximation of its posterior (the inverse Fisher
     information of the answers it is in, plus the points' spread as the prior:
     :func:`position_covariances`), by Monte Carlo (BALD, Houlsby et al. 2011;
-    :func:`bald_gains`).
+    :func:`bald_gains`), or
+  - ``"predictive"``: the entropy again, of the answer probability averaged over that
+    posterior instead of taken at the fitted points (uncertainty sampling with the
+    positions' uncertainty in it).
 
   On ``bench/active_embedding.py`` (blobs30, 3 seeds, noise 0/10/20%) the entropy needs
   the fewest answers; both information gains steer most questions inside one cluster
-  (60% against 11% for random questions), fine detail that a uniformly random held-out
+  (60% against 9% of random triplets), fine detail that a uniformly random held-out
   triplet rarely asks about — see the README's "Adaptive questions".
 * :func:`rank_kernel_triplets` serves the triplet kernels k1 and k2 of Kleindessner &
   von Luxburg (2017), whose k(i, j) is the agreement of two objects' feature vectors
@@ -55,7 +58,7 @@ __all__ = [
 ]
 
 _EPS = 1e-12
-CRITERIA = ("entropy", "infogain", "bald")
+CRITERIA = ("entropy", "infogain", "bald", "predictive")
 BALD_SAMPLES = 64  # draws of the three positions per candidate
 MAX_LOCATIONS = 400  # posterior support per anchor: its own point and up to this many others
 
@@ -157,6 +160,7 @@ def bald_gains(
     rng: np.random.Generator,
     method: str = "tste",
     samples: int = BALD_SAMPLES,
+    total: bool = False,
 ) -> np.ndarray:
     """Mutual information between the answer to (anchor; first, second) and the three
     positions, under independent Gaussian posteriors ``X[i] + roots[i] @ ε`` (``roots``:
@@ -175,6 +179,8 @@ def bald_gains(
     xb = X[first] + np.einsum("spj,pij->spi", noise[1], roots[first])
     xc = X[second] + np.einsum("spj,pij->spi", noise[2], roots[second])
     p = _probability(((xa - xb) ** 2).sum(-1), ((xa - xc) ** 2).sum(-1), d, method)  # (S, P)
+    if total:  # the posterior predictive's entropy: uncertainty sampling, Laplace posterior
+        return binary_entropy(p.mean(0))
     return binary_entropy(p.mean(0)) - binary_entropy(p).mean(0)
 
 
@@ -229,7 +235,7 @@ def rank_embedding_triplets(
     order = np.argsort(triplets[:, 0], kind="stable")
     by_anchor = triplets[order]
     starts = np.searchsorted(by_anchor[:, 0], np.arange(n + 1))
-    if criterion == "bald":
+    if criterion in ("bald", "predictive"):
         roots = np.linalg.cholesky(position_covariances(X, triplets, method))
     asked: dict[int, set[int]] = {}  # per anchor, the pairs answered or chosen already
     rows, scores = [], []
@@ -241,9 +247,11 @@ def rank_embedding_triplets(
             first, second = _candidate_pairs(n, int(anchor), pool, rng)
             p = answer_probabilities(X[[anchor]], X[first], X[second], method)[0]
             gain = binary_entropy(p)
-        elif criterion == "bald":  # the answer's mutual information with x_a, x_b, x_c
+        elif criterion in ("bald", "predictive"):
             first, second = _candidate_pairs(n, int(anchor), pool, rng)
-            gain = bald_gains(X, roots, int(anchor), first, second, rng, method)
+            gain = bald_gains(
+                X, roots, int(anchor), first, second, rng, method, total=criterion == "predictive"
+            )
         else:
             locations = _locations(n, int(anchor), rng)
             # Eq. (5) of Tamuz et al.: posterior ∝ prior × Π p(answer | anchor at location).

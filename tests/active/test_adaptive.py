@@ -302,3 +302,6 @@ def test_bald_scores_a_pinned_near_tie_zero_and_an_unknown_point_high():
     unknown = bald_gains(X, loose, 10, first, second, np.random.default_rng(0), samples=2000)
     assert tie[0] < 1e-3
     assert unknown[0] > 0.03  # 0.065: t-STE answers are soft at this scale
+    # "predictive" is the entropy of the posterior's mean answer: the tie stays a coin flip.
+    total = bald_gains(X, pinned, 10, first, second, np.random.default_rng(0), total=True)
+    assert total[0] == pytest.approx(np.log(2), abs=1e-3)
