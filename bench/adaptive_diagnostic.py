@@ -11,9 +11,11 @@ service's defaults) is refit every ``refresh`` answers and scores the next batch
 - the anchors' round: the fewest and most questions any anchor got so far (a round-robin
   keeps them close, explore's random questions spread them a little);
 - the fit: t-STE's training accuracy on the (noise-free) answers, the embedding's RMS
-  norm, and its held-out accuracy on 3,000 noiseless random triplets.
+  norm, and its held-out accuracy on 3,000 noiseless random triplets;
+- where the questions go: the share of answered questions inside one cluster and their
+  median true relative margin |d_ab − d_ac| / (d_ab + d_ac) (small = a near-tie).
 
-Usage: .venv/bin/python bench/adaptive_diagnostic.py [--score entropy|infogain]
+Usage: .venv/bin/python bench/adaptive_diagnostic.py [--score entropy|infogain|bald|predictive]
        [--noise 0] [--answers 800] [--refresh 20] [--every 80]
 """
 
