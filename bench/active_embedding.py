@@ -4,9 +4,10 @@ A simulated crowd (``make_oracle``: Euclidean answers on the true points, each f
 with probability ``noise``, fresh flips at every ask) answers the questions of
 
 - ``adaptive``: the service's own strategy (:class:`app.active.adaptive.AdaptiveTriplets`,
-  t-STE, ``pool``, ``explore`` 0.1, entropy score): after every ``refresh`` answers a
-  t-STE model (the service's defaults) is fit on all answers and ``refreshed_state``
-  scores the next batch, as the service's job does;
+  t-STE, ``pool``, ``explore`` 0.1, entropy score unless ``--score``): after every
+  ``refresh`` answers (``--refresh``; none before ``--warmup`` answers, so those questions
+  are random) a t-STE model (the service's defaults) is fit on all answers and
+  ``refreshed_state`` scores the next batch, as the service's job does;
 - ``random``: uniformly random triplets (``RandomTriplets``);
 - ``landmark_k1`` / ``landmark_k2``: the landmark designs (15 landmarks);
 - ``salmon_arr`` (optional): Salmon's ``ARR`` sampler (salmon-triplets 1.0.3, its default
@@ -28,19 +29,21 @@ the columns differ only in the questions asked — and scored by
 
 The summary gives the answers each column needs to reach 90% and 95% of the best final
 held-out accuracy of any column (linear interpolation between checkpoints; ">budget"
-when never), and random / adaptive; then the answers each needs to reach the accuracy
-random ends with at the budget (the same quality, as Salmon's documentation compares).
+when never), and random / adaptive — issue 12's measure; then, added, the answers to a
+held-out accuracy of 0.90 (the goal's words read literally) and to the accuracy random
+ends with at the budget (the same quality, as Salmon's documentation compares).
 
 Data sets: ``blobs30`` (30 points in 2-D, 3 Gaussian clusters: the size of Salmon's
 benchmark), ``digits300`` (300 of scikit-learn's 8×8 digits, pixels as the geometry,
 embedded in 5-D), ``blobs2000`` (2,000 points in 2-D, 10 clusters). Budgets (bounded for
 a shared 2-core machine): blobs30 40·n answers with a refit every 20, digits300 20·n with
 a refit every 300, blobs2000 10·n with a refit every 2,000 (``--budget-per-object`` sets
-another); ten checkpoints from 2·n.
+another); ten checkpoints from 2·n, and one at every refit up to a third of the budget.
 
 Usage: nice -n 10 .venv/bin/python bench/active_embedding.py [--datasets blobs30 ...]
        [--noise 0 0.1 0.2] [--seeds 1] [--salmon-python bench/.salmon/salmon-venv/bin/python]
-       [--salmon-extra-fits K]
+       [--salmon-extra-fits K] [--score entropy|infogain|bald|predictive] [--refresh R]
+       [--warmup W] [--pool P] [--explore E] [--budget-per-object B]
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ sys.path.insert(0, str(ROOT))
 from app.active.adaptive import AdaptiveTriplets  # noqa: E402
 from app.active.landmarks import LandmarkK1, LandmarkK2  # noqa: E402
 from app.active.passive import RandomTriplets  # noqa: E402
+from app.active.scoring import CRITERIA  # noqa: E402
 from app.learning.embedding import TSTE, triplet_accuracy  # noqa: E402
 from app.learning.triplets import make_oracle  # noqa: E402
 
@@ -74,6 +78,7 @@ EVAL_STARTS = 3  # one start left dips of up to 0.06 in the curves (t-STE local 
 SALMON_EXTRA_FITS = 0  # empty process_answers calls (refits) after each batch, see _salmon_arr
 SALMON_OWN: list[list[tuple]] = []  # Salmon's own embeddings' scores, per run
 SCORE = "entropy"  # the strategy's default
+WARMUP = 0  # answers before the first refit (before it, every question is random)
 
 
 @dataclass
@@ -111,10 +116,14 @@ def make_dataset(name: str) -> Dataset:
 
 
 def _grid(n: int, budget: int, step: int) -> np.ndarray:
-    """Ten checkpoints from 2n answers to the budget, on multiples of ``step`` (the refit
-    interval, so that Salmon's batches end on them too)."""
+    """Ten checkpoints from 2n answers to the budget, plus one every ``step`` answers up to
+    a third of the budget, all on multiples of ``step`` (the refit interval, so that
+    Salmon's batches end on them too). The early ones are where 90% of the best accuracy
+    is crossed: interpolating linearly across a wide gap of a concave curve there
+    overstated every column's answers (blobs30: 60 → 180)."""
     points = np.round(np.linspace(2 * n, budget, 10) / step).astype(int) * step
-    return np.unique(np.clip(points, step, budget))
+    early = np.arange(step, budget // 3 + 1, step)
+    return np.unique(np.clip(np.concatenate([points, early]), step, budget))
 
 
 def truth(X: np.ndarray, triplets: np.ndarray) -> np.ndarray:
@@ -171,7 +180,7 @@ def collect(data: Dataset, column: str, noise: float, seed: int, test: np.ndarra
         closer = bool(oracle(np.array([a]), np.array([b]), np.array([c]))[0])
         answered[step] = (a, b, c) if closer else (a, c, b)
         done = step + 1
-        if column == "adaptive" and done % data.refresh == 0 and done < data.budget:
+        if column == "adaptive" and done % data.refresh == 0 and WARMUP <= done < data.budget:
             embedding = refit(n, data.dims, answered[:done])
             state = strategy.refreshed_state(state, answered[:done], embedding=embedding)
         if done in checkpoints:
@@ -246,7 +255,7 @@ def answers_to_reach(rows: list[tuple], target: float) -> float:
 
 
 def main() -> None:
-    global EXPLORE, SCORE, SALMON_EXTRA_FITS
+    global EXPLORE, SCORE, SALMON_EXTRA_FITS, WARMUP
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--datasets", nargs="+", default=["blobs30", "digits300", "blobs2000"])
     parser.add_argument("--noise", nargs="+", type=float, default=[0.0, 0.1, 0.2])
@@ -264,13 +273,18 @@ def main() -> None:
     )
     parser.add_argument("--salmon-max-n", type=int, default=300)
     parser.add_argument("--explore", type=float, default=EXPLORE)
-    parser.add_argument("--score", choices=["infogain", "entropy"], default=SCORE)
+    parser.add_argument("--score", choices=list(CRITERIA), default=SCORE)
     parser.add_argument("--pool", type=int, default=None, help="candidates per anchor")
+    parser.add_argument("--refresh", type=int, default=None, help="answers between refits")
+    parser.add_argument(
+        "--warmup", type=int, default=WARMUP, help="random answers before the first refit"
+    )
     parser.add_argument(
         "--budget-per-object", type=int, default=None, help="answers per object (default: set's)"
     )
     args = parser.parse_args()
     EXPLORE, SCORE, SALMON_EXTRA_FITS = args.explore, args.score, args.salmon_extra_fits
+    WARMUP = args.warmup
 
     salmon = not args.no_salmon and args.salmon_python.exists()
     if not args.no_salmon and not salmon:
@@ -279,6 +293,8 @@ def main() -> None:
         data = make_dataset(name)
         if args.pool:
             data.pool = args.pool
+        if args.refresh:
+            data.refresh = args.refresh
         if args.budget_per_object:
             data.budget = args.budget_per_object * len(data.X)
             data.checkpoints = _grid(len(data.X), data.budget, data.refresh)
@@ -344,6 +360,11 @@ def report(data: Dataset, noise: float, seeds: int, curves: dict, seconds: dict)
             else float("nan")
         )
         print(f"answers to {fraction:.0%} of best: {text};  random/adaptive {ratio:.2f}")
+    # The issue's goal read literally ("at 90% accuracy"): a held-out accuracy of 0.90.
+    reach = {c: answers_to_reach(rows, 0.9) for c, rows in mean.items()}
+    text = "  ".join(f"{c} {_fmt(v, data.budget)}" for c, v in reach.items())
+    ratio = reach["random"] / reach["adaptive"] if {"random", "adaptive"} <= set(reach) else 0
+    print(f"answers to held-out accuracy 0.900: {text};  random/adaptive {ratio:.2f}")
     if "random" in mean and "adaptive" in mean:
         # Salmon's documentation compares samplers this way: answers for the same quality.
         target = mean["random"][-1][1]

@@ -11,9 +11,11 @@ service's defaults) is refit every ``refresh`` answers and scores the next batch
 - the anchors' round: the fewest and most questions any anchor got so far (a round-robin
   keeps them close, explore's random questions spread them a little);
 - the fit: t-STE's training accuracy on the (noise-free) answers, the embedding's RMS
-  norm, and its held-out accuracy on 3,000 noiseless random triplets.
+  norm, and its held-out accuracy on 3,000 noiseless random triplets;
+- where the questions go: the share of answered questions inside one cluster and their
+  median true relative margin |d_ab − d_ac| / (d_ab + d_ac) (small = a near-tie).
 
-Usage: .venv/bin/python bench/adaptive_diagnostic.py [--score entropy|infogain]
+Usage: .venv/bin/python bench/adaptive_diagnostic.py [--score entropy|infogain|bald|predictive]
        [--noise 0] [--answers 800] [--refresh 20] [--every 80]
 """
 
@@ -29,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.active.adaptive import AdaptiveTriplets  # noqa: E402
+from app.active.scoring import CRITERIA  # noqa: E402
 from app.learning.embedding import TSTE, triplet_accuracy  # noqa: E402
 from app.learning.triplets import make_oracle  # noqa: E402
 
@@ -48,7 +51,7 @@ def oriented(X: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--score", choices=["entropy", "infogain"], default="entropy")
+    parser.add_argument("--score", choices=list(CRITERIA), default="entropy")
     parser.add_argument("--noise", type=float, default=0.0)
     parser.add_argument("--answers", type=int, default=800)
     parser.add_argument("--refresh", type=int, default=20)
@@ -67,7 +70,7 @@ def main() -> None:
     print(
         f"blobs30, noise {args.noise:.0%}, score {args.score}, refit every {args.refresh}\n"
         f"{'answers':>7} {'truth':>6} {'degen':>5} {'distinct':>8} {'per anchor':>10} "
-        f"{'train':>6} {'norm':>9} {'held-out':>8}"
+        f"{'train':>6} {'norm':>9} {'held-out':>8} {'1 cluster':>9} {'margin':>6}"
     )
     for step in range(args.answers):
         a, b, c = strategy.propose(state, step).objects
@@ -86,10 +89,17 @@ def main() -> None:
         distinct = len({(r[0], min(r[1], r[2]), max(r[1], r[2])) for r in T.tolist()})
         counts = np.bincount(T[:, 0], minlength=n)
         norm = float(np.sqrt((model.embedding_**2).sum(axis=1).mean()))
+        # Where the questions went: all three objects in one cluster, and the true
+        # relative margin |d_ab - d_ac| / (d_ab + d_ac) (small = a near-tie).
+        cluster = T % 3
+        inside = float(np.mean((cluster[:, 0] == cluster[:, 1]) & (cluster[:, 1] == cluster[:, 2])))
+        d_ab = np.linalg.norm(X[T[:, 0]] - X[T[:, 1]], axis=1)
+        d_ac = np.linalg.norm(X[T[:, 0]] - X[T[:, 2]], axis=1)
+        margin = float(np.median(np.abs(d_ab - d_ac) / (d_ab + d_ac)))
         print(
             f"{done:>7} {truth:>6.3f} {degenerate:>5} {distinct:>8} "
             f"{counts.min():>4} - {counts.max():<3} {model.score(T):>6.3f} {norm:>9.1f} "
-            f"{triplet_accuracy(model.embedding_, test):>8.3f}"
+            f"{triplet_accuracy(model.embedding_, test):>8.3f} {inside:>9.3f} {margin:>6.3f}"
         )
 
 

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 
 from app.active.base import Proposal, Strategy, check_only, step_rng
-from app.active.scoring import rank_embedding_triplets, rank_kernel_triplets
+from app.active.scoring import CRITERIA, rank_embedding_triplets, rank_kernel_triplets
 
 EMBEDDING_METHODS = ("soe", "tste", "ckl", "gnmds")
 KINDS = ("embedding", "k1", "k2")
-SCORES = ("entropy", "infogain")
+SCORES = CRITERIA
 BATCH_PER_REFRESH = 2  # a batch holds this many refreshes' worth of questions
 
 
@@ -39,9 +39,12 @@ class AdaptiveTriplets(Strategy):
         model of ``method`` (default ``"tste"``) and ``dims`` (default 2) and asks, for
         each anchor in turn, the candidate pair of a random ``pool`` (default 50) whose
         answer is most uncertain: ``score="entropy"`` (default), the entropy of the
-        model's answer probability at the anchor, or ``score="infogain"``, the expected
-        information gain about the anchor's position of Tamuz et al. (2011), Eq. (6)
-        (on our benchmark the entropy needs fewer answers; see the README);
+        model's answer probability at the anchor, ``score="infogain"``, the expected
+        information gain about the anchor's position of Tamuz et al. (2011), Eq. (6),
+        ``score="bald"``, the mutual information between the answer and all three
+        positions under a Laplace posterior (Houlsby et al. 2011), or
+        ``score="predictive"``, the entropy of the answer averaged over that posterior
+        (on our benchmark the plain entropy needs the fewest answers; see the README);
         ``"k1"`` / ``"k2"``
         follow the triplet kernels of Kleindessner & von Luxburg (2017) and ask the
         comparisons that support their least-known kernel values (no model needed, the

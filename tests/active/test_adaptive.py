@@ -9,7 +9,15 @@ import pytest
 
 from app.active.adaptive import AdaptiveTriplets
 from app.active.planner import Planner
-from app.active.scoring import rank_embedding_triplets, rank_kernel_triplets
+from app.active.scoring import (
+    _answer_gradients,
+    answer_probabilities,
+    bald_gains,
+    binary_entropy,
+    position_covariances,
+    rank_embedding_triplets,
+    rank_kernel_triplets,
+)
 from app.learning.embedding import TSTE, triplet_accuracy
 from app.learning.triplets import make_oracle
 
@@ -201,3 +209,99 @@ def test_noise_free_answers_to_adaptive_questions_keep_improving_the_embedding()
     assert len(keys) >= 0.97 * len(answered)  # only random (explore) questions may repeat
     assert min(accuracy[k] for k in (400, 420, 440, 460, 480)) >= 0.93
     assert accuracy[480] >= accuracy[240] - 0.01
+
+
+# ---------------------------------------------------------------- the scores themselves
+def _entropy(p: float) -> float:
+    return -(p * np.log(p) + (1 - p) * np.log(1 - p))
+
+
+def _tste_p(xa: np.ndarray, xb: np.ndarray, xc: np.ndarray) -> float:
+    """t-STE's P(b closer than c to a) in 2-D (α = 1), written out."""
+    k_b = 1.0 / (1.0 + np.sum((xa - xb) ** 2))
+    k_c = 1.0 / (1.0 + np.sum((xa - xc) ** 2))
+    return k_b / (k_b + k_c)
+
+
+@pytest.mark.parametrize("criterion", ["entropy", "infogain"])
+def test_scores_are_the_papers_formulas_by_hand(criterion):
+    """Four points: anchor 0 has only three pairs, all in a pool of 60; the scorer returns
+    the best of them with the score written out by hand (entropy of the answer at the
+    anchor; Tamuz et al.'s Eq. (6) with the posterior of Eq. (5) on the four points)."""
+    X = np.array([[0.0, 0.0], [1.0, 0.2], [-1.2, 0.1], [0.3, 2.5]])
+    history = np.array([[0, 1, 3]])  # 0 said 1 is closer than 3
+    pairs = [(1, 2), (1, 3), (2, 3)]
+    if criterion == "entropy":
+        by_hand = {pair: _entropy(_tste_p(X[0], X[pair[0]], X[pair[1]])) for pair in pairs}
+    else:
+        w = np.array([_tste_p(X[loc], X[1], X[3]) for loc in range(4)])
+        w /= w.sum()
+        by_hand = {}
+        for b, c in [(1, 2), (2, 3)]:  # (1, 3) was answered: never asked again
+            p = np.array([_tste_p(X[loc], X[b], X[c]) for loc in range(4)])
+            by_hand[(b, c)] = _entropy(w @ p) - w @ np.array([_entropy(v) for v in p])
+    rows, scores = rank_embedding_triplets(
+        X, history, np.array([0]), 60, np.random.default_rng(0), "tste", criterion
+    )
+    best = max(by_hand, key=by_hand.get)
+    assert tuple(sorted(rows[0][1:])) == best and rows[0][0] == 0
+    assert scores[0] == pytest.approx(by_hand[best], rel=1e-9)
+
+
+@pytest.mark.parametrize("method", ["tste", "ckl"])
+def test_answer_gradients_match_finite_differences(method):
+    """The Fisher information behind the Laplace posterior rests on ∂p/∂x."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(6, 3))
+    triplets = np.array([[0, 1, 2], [3, 4, 5], [2, 0, 5]])
+    grads, p = _answer_gradients(X, triplets, method)
+    for row, (a, b, c) in enumerate(triplets):
+        assert p[row] == pytest.approx(
+            answer_probabilities(X[[a]], X[[b]], X[[c]], method)[0, 0], rel=1e-12
+        )
+        for k, point in enumerate((a, b, c)):
+            for axis in range(3):
+                step = np.zeros_like(X)
+                step[point, axis] = 1e-6
+                up = answer_probabilities((X + step)[[a]], (X + step)[[b]], (X + step)[[c]], method)
+                down = answer_probabilities(
+                    (X - step)[[a]], (X - step)[[b]], (X - step)[[c]], method
+                )
+                numeric = (up - down)[0, 0] / 2e-6
+                assert grads[row, k, axis] == pytest.approx(numeric, rel=1e-5, abs=1e-9)
+
+
+def test_a_point_nobody_compared_keeps_the_prior_and_answers_pin_the_others():
+    X = _line_embedding(12) + np.column_stack([np.zeros(12), np.linspace(-1, 1, 12)])
+    triplets = np.array(
+        [
+            [a, b, c]
+            for a in range(10)
+            for b in range(10)
+            for c in range(10)
+            if len({a, b, c}) == 3 and abs(a - b) < abs(a - c)
+        ]
+    )
+    cov = position_covariances(X, triplets)
+    assert np.allclose(cov[11], np.cov(X.T))  # 11 is in no triplet: anywhere the points are
+    assert np.trace(cov[5]) < 0.01 * np.trace(cov[11])
+
+
+def test_bald_scores_a_pinned_near_tie_zero_and_an_unknown_point_high():
+    """The entropy scores a near-tie highest even when the model is sure it is a coin flip;
+    the mutual information with the positions does not (Houlsby et al. 2011)."""
+    X = _line_embedding(21)
+    pinned = np.broadcast_to(1e-4 * np.eye(2), (21, 2, 2)).copy()
+    loose = pinned.copy()
+    loose[11] = 3.0 * np.eye(2)
+    first, second = np.array([9]), np.array([11])  # 10 is exactly between them
+    assert binary_entropy(answer_probabilities(X[[10]], X[first], X[second]))[0, 0] == (
+        pytest.approx(np.log(2))
+    )
+    tie = bald_gains(X, pinned, 10, first, second, np.random.default_rng(0), samples=2000)
+    unknown = bald_gains(X, loose, 10, first, second, np.random.default_rng(0), samples=2000)
+    assert tie[0] < 1e-3
+    assert unknown[0] > 0.03  # 0.065: t-STE answers are soft at this scale
+    # "predictive" is the entropy of the posterior's mean answer: the tie stays a coin flip.
+    total = bald_gains(X, pinned, 10, first, second, np.random.default_rng(0), total=True)
+    assert total[0] == pytest.approx(np.log(2), abs=1e-3)

@@ -40,6 +40,7 @@ def _state(engine, slug: str) -> dict:
     "variant,model_kind,params",
     [
         ({}, "embedding", {"method": "tste", "dims": 2}),
+        ({"score": "bald"}, "embedding", {"method": "tste", "dims": 2}),
         ({"kind": "k2"}, "kernel", {"kernel": "k2"}),
     ],
 )
