@@ -27,7 +27,8 @@ import io
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import httpx
 import numpy as np
@@ -94,6 +95,7 @@ async def load_while(
     """Open-loop worker round trips at ``rate`` per second while ``work`` runs in a thread
     (or for ``seconds`` when there is none); their latencies (ms) and what ``work`` returned."""
     latencies: list[float] = []
+    STARTS.setdefault(label, [])
     async with httpx.AsyncClient(base_url=base, timeout=120) as client:
         failures = FAILURES.setdefault(label, [])
         free = await open_sessions(client, label, 32)
@@ -115,6 +117,7 @@ async def load_while(
                 )
                 posted.raise_for_status()
                 latencies.append((time.perf_counter() - started) * 1000)
+                STARTS[label].append((started, latencies[-1]))
             except (httpx.HTTPError, KeyError, TypeError, ValueError) as error:
                 failures.append(f"{type(error).__name__}: {str(error)[:120]}")
             finally:
@@ -136,22 +139,63 @@ async def load_while(
 
 
 FAILURES: dict[str, list[str]] = {}  # by phase: round trips that failed (error, not timing)
+STARTS: dict[str, list[tuple[float, float]]] = {}  # by phase: (perf_counter at start, ms)
+BOUNDARY = b"tripletlab-bench-upload"
 
 
-def uploader(base: str, key: str, path: str, content: bytes) -> Callable[[], tuple[float, int]]:
-    def send() -> tuple[float, int]:
-        started = time.perf_counter()
-        with httpx.Client(base_url=base, timeout=900) as client:
-            response = client.post(
-                path,
-                files={"file": ("upload.csv", content, "text/csv")},
-                headers={"Authorization": f"Bearer {key}"},
-            )
+def uploader(base: str, key: str, path: str, content: bytes) -> Callable[[], Upload]:
+    """A multipart upload of ``content`` (field ``file``), sent 256 KiB at a time; when its
+    body was sent, its reply's headers arrived, and its reply's last byte arrived."""
+    head = (
+        b"--" + BOUNDARY + b'\r\nContent-Disposition: form-data; name="file"; '
+        b'filename="upload.csv"\r\nContent-Type: text/csv\r\n\r\n'
+    )
+    body = head + content + b"\r\n--" + BOUNDARY + b"--\r\n"
+    times: dict[str, float] = {}
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(body), 2**18):
+            yield body[start : start + 2**18]
+        times["sent"] = time.perf_counter()
+
+    def send() -> Upload:
+        times["start"] = time.perf_counter()
+        headers = {
+            "Authorization": f"Bearer {key}",
+            "Content-Type": f"multipart/form-data; boundary={BOUNDARY.decode()}",
+            "Content-Length": str(len(body)),
+        }
+        with (
+            httpx.Client(base_url=base, timeout=900) as client,
+            client.stream("POST", path, content=chunks(), headers=headers) as response,
+        ):
+            times["headers"] = time.perf_counter()
+            reply = response.read()
+            times["end"] = time.perf_counter()
         if not response.is_success:
-            print(response.text[:400])
-        return time.perf_counter() - started, response.status_code
+            print(reply[:400])
+        return Upload(response.status_code, times)
 
     return send
+
+
+@dataclass
+class Upload:
+    status: int
+    times: dict[str, float]  # perf_counter at start, sent, headers, end
+
+    @property
+    def seconds(self) -> float:
+        return self.times["end"] - self.times["start"]
+
+    def phases(self) -> list[tuple[str, float, float]]:
+        """(name, start, end): sending the body, the server's work, receiving the reply."""
+        t = self.times
+        return [
+            ("sending the body", t["start"], t["sent"]),
+            ("server at work", t["sent"], t["headers"]),
+            ("receiving the reply", t["headers"], t["end"]),
+        ]
 
 
 def main() -> None:
@@ -166,9 +210,10 @@ def main() -> None:
     if args.database_url:
         reset_postgres(args.database_url)
 
+    phases: list[tuple[str, list[tuple[float, float]], Upload]] = []
     objects = objects_csv(args.mib)
     answers = answers_csv(args.mib, objects.count(b"\n") - 1)
-    rows: list[tuple[str, list[float], tuple[float, int] | None]] = []
+    rows: list[tuple[str, list[float], Upload | None]] = []
     with running_server(args.database_url) as (base, key, _):
         setup(base, key)
         asyncio.run(load_while(base, args.rate, "warm", None, 3.0))
@@ -180,7 +225,10 @@ def main() -> None:
         ]:
             send = uploader(base, key, path, content)
             latencies, upload = asyncio.run(load_while(base, args.rate, what, send))
-            rows.append((f"during {len(content) / 2**20:.0f} MiB {what} CSV", latencies, upload))
+            assert isinstance(upload, Upload)
+            label = f"during {len(content) / 2**20:.0f} MiB {what} CSV"
+            rows.append((label, latencies, upload))
+            phases.append((label, STARTS[what], upload))
 
     database = "PostgreSQL" if args.database_url else "SQLite"
     print(
@@ -191,11 +239,20 @@ def main() -> None:
     idle_p99 = summary(rows[0][1])[1]
     for label, latencies, upload in rows:
         p50, p99 = summary(latencies)
-        took = f"{upload[1]} in {upload[0]:.1f} s" if upload else ""
+        took = f"{upload.status} in {upload.seconds:.1f} s" if upload else ""
         worst = max(latencies)
         print(f"{label:32s} {len(latencies):6d} {p50:8.1f} {p99:8.1f} {worst:8.1f} {took:>14s}")
     for label, latencies, _ in rows[1:]:
         print(f"p99 {label} / idle: {summary(latencies)[1] / idle_p99:.2f}")
+    print("\nround trips by the part of the upload they started in (p99 of few is their max)")
+    for label, starts, upload in phases:
+        for name, begin, end in upload.phases():
+            during = [ms for started, ms in starts if begin <= started < end]
+            p50, p99 = summary(during) if len(during) > 1 else (max([*during, 0]),) * 2
+            print(
+                f"{label:28s} {name:20s} {end - begin:6.1f} s  n {len(during):4d}  "
+                f"p50 {p50:7.1f}  p99 {p99:7.1f}  max {max([*during, 0]):7.1f} ms"
+            )
     for phase, failures in FAILURES.items():
         if failures:
             print(f"{len(failures)} failed round trips during {phase}, e.g. {failures[0]}")

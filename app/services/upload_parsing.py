@@ -4,9 +4,12 @@ Parsing and validating 40 MiB of CSV or JSON is seconds of CPU. In a thread of t
 would hold the interpreter lock that the event loop and every worker request need (a thread
 gets it back only every 5 ms, each time it waits), and pydantic's JSON validation holds it
 without a break. So an upload larger than ``TRIPLETLAB_UPLOAD_PROCESS_MB`` is parsed in a
-process forked for it, and comes back compact: answers as two int64 arrays, objects as
-their rows in pickled chunks of a few thousand, unpickled a chunk at a time. Smaller uploads
-are parsed in a worker thread (a process costs a few tens of milliseconds).
+process forked for it. A file upload reaches it by its path (the server's open temporary
+file, as ``/proc/<pid>/fd/<n>``), not as 40 MiB of pickled bytes; it comes back compact:
+answers as two int64 arrays, objects as pickled chunks of ``imports.CHUNK_ROWS`` rows already
+rendered as the database and the reply take them (:class:`~app.services.import_chunks.
+ObjectChunk`), unpickled a chunk at a time. Smaller uploads are parsed in a worker thread (a
+process costs a few tens of milliseconds).
 
 Call these from a worker thread, never on the event loop: they block until parsed.
 """
@@ -15,9 +18,12 @@ from __future__ import annotations
 
 import io
 import multiprocessing
+import os
 import pickle
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -25,9 +31,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from app.config import get_settings
 from app.errors import InvalidInput
+from app.services import imports
+from app.services.import_chunks import ObjectChunk
 from app.services.objects import ObjectRows
-
-_CHUNK_ROWS = 5000
 
 
 def objects_rows(file: BinaryIO | None, json_body: bytes | None = None) -> list[dict] | ObjectRows:
@@ -47,7 +53,7 @@ def answer_arrays(
     data, size = _content(file, json_body)
     if size <= _threshold():
         return _answer_arrays_here(data, json_body is not None)
-    return _in_process(_answer_arrays_here, data, json_body is not None)
+    return _in_process(_answer_arrays_in_process, data, json_body is not None)
 
 
 def _threshold() -> float:
@@ -65,8 +71,18 @@ def _content(file: BinaryIO | None, json_body: bytes | None) -> tuple[BinaryIO |
 
 def _in_process(fn: Any, data: BinaryIO | bytes, is_json: bool) -> Any:
     """``fn(content, is_json)`` in a process of its own, which ends with the call (and gives
-    back the memory a large parse took)."""
-    content = data if isinstance(data, bytes) else data.read()
+    back the memory a large parse took); ``content`` is the file's path when it has one the
+    process can open, else its bytes."""
+    path = None if isinstance(data, bytes) else _path(data)
+    if path is not None:
+        try:
+            return _run_in_process(fn, path, is_json)
+        except OSError:
+            pass  # the process may not open another's files here: send the bytes
+    return _run_in_process(fn, data if isinstance(data, bytes) else data.read(), is_json)
+
+
+def _run_in_process(fn: Any, content: str | bytes, is_json: bool) -> Any:
     # A fork server: started once (it imports the parsers, not the server), it forks each
     # parsing process from its own single thread, so a parse starts in milliseconds and
     # inherits no thread state from the server. It ends when this process does.
@@ -79,6 +95,25 @@ def _in_process(fn: Any, data: BinaryIO | bytes, is_json: bool) -> Any:
         raise InvalidInput(
             "the upload could not be parsed: its parsing process ended (out of memory?)"
         ) from error
+
+
+def _path(file: BinaryIO) -> str | None:
+    """A path another process of this user can open ``file`` by (Linux), or None."""
+    try:
+        path = f"/proc/{os.getpid()}/fd/{file.fileno()}"  # a spooled file moves to disk here
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return None
+    return path if os.path.exists(path) else None
+
+
+@contextmanager
+def _opened(data: str | bytes | BinaryIO) -> Iterator[BinaryIO | bytes]:
+    """The content ``data`` names: a file opened by its path (closed after), or as it is."""
+    if isinstance(data, str):
+        with open(data, "rb") as file:
+            yield file
+    else:
+        yield data
 
 
 def parse_json(body: bytes, json_type: Any) -> Any:
@@ -109,13 +144,20 @@ def _objects_rows_here(data: BinaryIO | bytes, is_json: bool) -> tuple[list[dict
     return rows, check_rows(rows)  # here too: the checks that need no project
 
 
-def _objects_rows_chunks(data: bytes, is_json: bool) -> tuple[list[bytes], int, int | None]:
-    rows, feature_length = _objects_rows_here(data, is_json)
+def _objects_rows_chunks(data: str | bytes, is_json: bool) -> tuple[list[bytes], int, int | None]:
+    with _opened(data) as content:
+        rows, feature_length = _objects_rows_here(content, is_json)
+    size = imports.CHUNK_ROWS
     chunks = [
-        pickle.dumps(rows[start : start + _CHUNK_ROWS], protocol=pickle.HIGHEST_PROTOCOL)
-        for start in range(0, len(rows), _CHUNK_ROWS)
+        pickle.dumps(ObjectChunk.of(rows[start : start + size]), protocol=pickle.HIGHEST_PROTOCOL)
+        for start in range(0, len(rows), size)
     ]
     return chunks, len(rows), feature_length
+
+
+def _answer_arrays_in_process(data: str | bytes, is_json: bool) -> tuple[np.ndarray, np.ndarray]:
+    with _opened(data) as content:
+        return _answer_arrays_here(content, is_json)
 
 
 def _answer_arrays_here(data: BinaryIO | bytes, is_json: bool) -> tuple[np.ndarray, np.ndarray]:
