@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import pickle
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -35,7 +35,7 @@ class ObjectRows:
     never holds 250,000 rows as Python objects (the garbage collector's full passes over them
     held the interpreter lock, and every request, for seconds)."""
 
-    chunks: list[bytes]
+    chunks: Iterable[bytes]
     count: int
     feature_length: int | None
 

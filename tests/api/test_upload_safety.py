@@ -481,9 +481,9 @@ def test_large_uploads_are_parsed_in_a_process_of_their_own(
     calls: list[str] = []
     original = upload_parsing._in_process
 
-    def counted(fn, data, is_json):  # type: ignore[no-untyped-def]
+    def counted(fn, data, is_json, *args):  # type: ignore[no-untyped-def]
         calls.append(fn.__name__)
-        return original(fn, data, is_json)
+        return original(fn, data, is_json, *args)
 
     monkeypatch.setattr(upload_parsing, "_in_process", counted)
     monkeypatch.setattr(get_settings(), "upload_process_mb", 0.0)
