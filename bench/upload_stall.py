@@ -231,9 +231,11 @@ def main() -> None:
             phases.append((label, STARTS[what], upload))
 
     database = "PostgreSQL" if args.database_url else "SQLite"
+    processes = 2 if args.database_url else 1  # `tripletlab serve`'s default (Settings)
     print(
         f"\nworker round trips (GET next + POST answer) at {args.rate:.0f}/s; {database}; "
-        f"1 server process; load average {os.getloadavg()[0]:.1f} at the end"
+        f"{processes} server process(es), the upload in one of them; load average "
+        f"{os.getloadavg()[0]:.1f} at the end"
     )
     print(f"{'':32s} {'n':>6s} {'p50 ms':>8s} {'p99 ms':>8s} {'max ms':>8s} {'upload':>14s}")
     idle_p99 = summary(rows[0][1])[1]

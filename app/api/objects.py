@@ -10,7 +10,7 @@ from pydantic import TypeAdapter
 
 from app.api.deps import ObjectIndex, Offset, OwnedProject, SessionDep
 from app.api.turns import run_import
-from app.api.uploads import read_upload, upload_body
+from app.api.uploads import PiecesResponse, read_upload, upload_body
 from app.errors import InvalidInput
 from app.schemas.objects import (
     ObjectCreate,
@@ -76,10 +76,13 @@ def _created_json(rows: list[dict]) -> list[bytes]:
 
 
 def _created(parts: list[bytes], count: int) -> Response:
-    """The reply (in a worker thread: joining 40 MiB on the event loop held it 0.2-0.4 s)."""
-    items = b",".join(p for p in parts if p)
-    body = b"".join((b'{"data":[', items, b'],"count":', str(count).encode(), b"}"))
-    return Response(body, status_code=status.HTTP_201_CREATED, media_type="application/json")
+    """The reply, sent a part at a time (joined, 40 MiB held the event loop 0.2-0.4 s)."""
+    pieces = [b'{"data":[']
+    for part in parts:
+        if part:
+            pieces += [b",", part] if len(pieces) > 1 else [part]
+    pieces.append(b'],"count":%d}' % count)
+    return PiecesResponse(pieces, status.HTTP_201_CREATED, "application/json")
 
 
 @router.get("", response_model=ObjectsPublic)

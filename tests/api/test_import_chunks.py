@@ -22,6 +22,7 @@ from app.schemas.objects import ObjectCreate, ObjectPublic
 from app.schemas.projects import ProjectCreate
 from app.services import answers, imports, objects, projects, upload_parsing
 from app.services.import_chunks import ObjectChunk, answers_json
+from tests.factories import make_project
 
 TRICKY = [
     {
@@ -148,3 +149,22 @@ def test_a_large_upload_reaches_its_parsing_process_by_path_and_is_never_held_wh
         "label": "c4",
         "target": 33333.0,
     }
+
+
+def test_the_reply_sent_in_pieces_is_one_json_document_of_its_length(
+    client, auth_headers, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(imports, "CHUNK_ROWS", 7)  # a reply of several pieces
+    make_project(client, auth_headers, "pieces")
+    csv_text = b"name,label\n" + b"".join(b"o%d,l%d\n" % (i, i) for i in range(30))
+    response = client.post(
+        "/api/projects/pieces/objects",
+        content=csv_text,
+        headers={**auth_headers, "Content-Type": "text/csv"},
+    )
+    assert response.status_code == 201, response.text
+    assert int(response.headers["content-length"]) == len(response.content)
+    body = response.json()
+    assert body["count"] == 30
+    assert [o["name"] for o in body["data"]] == [f"o{i}" for i in range(30)]
+    assert body["data"][29]["index"] == body["data"][0]["index"] + 29
