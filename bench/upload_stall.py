@@ -8,15 +8,20 @@ uploads, into another project ``bulk``:
 * a 40 MiB objects CSV (name, text, label, target, f0..f9; ~250,000 rows), then
 * a 40 MiB answers CSV (kind, a, b, c, outcome; ~1.5 million triplets),
 
-each as a multipart upload. The issue's complaint: every worker request waited 6-8 s while
-such an upload was parsed on the event loop. The load runs from when the upload starts to
-when its response arrives.
+each as a multipart upload, sent from a process of its own. The issue's complaint: every
+worker request waited 6-8 s while such an upload was parsed on the event loop. The load runs
+from when the upload starts to when its response arrives; the round trips are also split by
+the part of the upload they started in (its body being sent, the server at work, its reply
+arriving), and the slowest are printed with when they started.
 
     .venv/bin/python bench/upload_stall.py [--rate 20] [--idle-seconds 15] [--mib 40]
         [--database-url postgresql+psycopg://...]   # default: a fresh SQLite file
 
 To measure another version of the app (e.g. before a change), run the same script with
-``PYTHONPATH=<a checkout of that version>``: the server inherits it.
+``PYTHONPATH=<a checkout of that version>`` *from that checkout's directory*: the server
+inherits both, and its parsing processes (``python -c``) import ``app`` from the working
+directory first (run from another checkout, they load the other version's parser and the
+upload fails with 500).
 """
 
 from __future__ import annotations
