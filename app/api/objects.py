@@ -10,7 +10,7 @@ from pydantic import TypeAdapter
 
 from app.api.deps import ObjectIndex, Offset, OwnedProject, SessionDep
 from app.api.turns import run_import
-from app.api.uploads import read_upload, upload_body
+from app.api.uploads import PiecesResponse, read_upload, upload_body
 from app.errors import InvalidInput
 from app.schemas.objects import (
     ObjectCreate,
@@ -48,16 +48,20 @@ async def create_objects(project: OwnedProject, db: SessionDep, request: Request
         upload.filename.lower().endswith(".zip") or upload.head == b"PK\x03\x04"
     ):
         rows = await run_in_threadpool(image_zip.add_image_zip, db, project, upload.file)
-        return _created(await run_in_threadpool(_created_json, rows), len(rows))
+        return await run_in_threadpool(lambda: _created(_created_json(rows), len(rows)))
     if upload.json_body is None and not (
         upload.filename.lower().endswith(".csv") or "csv" in upload.content_type
     ):
         raise InvalidInput("upload a .csv or a .zip of images (multipart field 'file')")
     parsed = await run_in_threadpool(upload_parsing.objects_rows, upload.file, upload.json_body)
-    # The body is serialised as the chunks are stored: the rows are never all alive at once.
+    # The reply is made as the chunks are stored (from JSON the parsing process rendered):
+    # the rows are never all alive at once.
     parts: list[bytes] = []
-    steps = service.import_objects(db, project, parsed, stored=lambda c: parts.append(_json(c)))
-    return _created(parts, await run_import(steps))
+    steps = service.import_objects(
+        db, project, parsed, stored=lambda first, chunk: parts.append(chunk.public_json(first))
+    )
+    count = await run_import(steps)
+    return await run_in_threadpool(_created, parts, count)
 
 
 def _json(rows: list[dict]) -> bytes:
@@ -72,8 +76,13 @@ def _created_json(rows: list[dict]) -> list[bytes]:
 
 
 def _created(parts: list[bytes], count: int) -> Response:
-    body = b'{"data":[' + b",".join(p for p in parts if p) + b'],"count":' + str(count).encode()
-    return Response(body + b"}", status_code=status.HTTP_201_CREATED, media_type="application/json")
+    """The reply, sent a part at a time (joined, 40 MiB held the event loop 0.2-0.4 s)."""
+    pieces = [b'{"data":[']
+    for part in parts:
+        if part:
+            pieces += [b",", part] if len(pieces) > 1 else [part]
+    pieces.append(b'],"count":%d}' % count)
+    return PiecesResponse(pieces, status.HTTP_201_CREATED, "application/json")
 
 
 @router.get("", response_model=ObjectsPublic)

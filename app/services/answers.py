@@ -13,13 +13,14 @@ from numpy.typing import ArrayLike
 from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased
 
-from app.db.bulk import bind_value, execute_insert, prepare_insert
+from app.db.bulk import bind_value
 from app.db.models import Answer, Object, Participant, Project, utcnow
 from app.db.session import begin_write
 from app.errors import InvalidInput
 from app.learning.triplets import check_triplets
 from app.services import imports
 from app.services.csv_io import read_csv, safe_cell
+from app.services.import_chunks import answers_json, insert_answers
 from app.services.projects import lock_project
 
 EXPORT_COLUMNS = (
@@ -80,29 +81,21 @@ def import_answers(
     except ValueError as error:
         raise InvalidInput(str(error)) from error
     pair_array = check_pairs(pairs, project.n_objects)
-    table = Answer.__table__
-    columns = ("project_id", "source", "kind", "a", "b", "c", "outcome", "created_at", "import_id")
-    statement, _ = prepare_insert(db, table, columns, [])
     yield True
     begin_write(db)
     import_id = imports.begin(db, project, "answers", len(triplet_array) + len(pair_array), None)
     db.commit()
     try:
         # Encoded once: the driver takes every row's values as they are.
-        now = bind_value(db, table, "created_at", utcnow())
+        now = bind_value(db, Answer.__table__, "created_at", utcnow())
         for kind, array in (("triplet", triplet_array), ("pair", pair_array)):
             for first in range(0, len(array), imports.CHUNK_ROWS):
                 yield False
-                chunk = array[first : first + imports.CHUNK_ROWS].tolist()
-                head = (project.id, "import", kind)
-                if kind == "triplet":
-                    rows = [(*head, a, b, c, None, now, import_id) for a, b, c in chunk]
-                else:
-                    rows = [(*head, a, b, None, o, now, import_id) for a, b, o in chunk]
+                rows_json = answers_json(array[first : first + imports.CHUNK_ROWS])
                 yield True
                 begin_write(db)
                 imports.touch(db, import_id)
-                execute_insert(db, statement, rows)
+                insert_answers(db, project.id, kind, rows_json, now, import_id)
                 db.commit()
         yield True
         lock_project(db, project, durable=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import pickle
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -14,35 +14,35 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db.bulk import execute_insert, prepare_insert
 from app.db.models import Object, Project
 from app.db.session import begin_write
 from app.errors import Conflict, InvalidInput, NotFound
 from app.schemas.objects import ObjectCreate, ObjectUpdate
 from app.services import imports
 from app.services.csv_io import read_csv
+from app.services.import_chunks import ObjectChunk, insert_objects
 from app.services.projects import lock_project
 
 CSV_COLUMNS = ("name", "text", "image_url", "label", "target")
 _FEATURE_COLUMN = re.compile(r"^f(\d+)$")
-_ROW_COLUMNS = ("name", "text", "image_url", "features", "label", "target")
 
 
 @dataclass
 class ObjectRows:
     """An upload's objects as the process that parsed and checked them (:func:`check_rows`)
-    sends them: pickled chunks, unpickled one at a time while they are stored, so that the
-    server never holds 250,000 rows as Python objects at once (the garbage collector's full
-    passes over them held the interpreter lock, and every request, for seconds)."""
+    sends them: an :class:`~app.services.import_chunks.ObjectChunk` of ``imports.CHUNK_ROWS``
+    rows each, pickled, unpickled one at a time while they are stored, so that the server
+    never holds 250,000 rows as Python objects (the garbage collector's full passes over them
+    held the interpreter lock, and every request, for seconds)."""
 
-    chunks: list[bytes]
+    chunks: Iterable[bytes]
     count: int
     feature_length: int | None
 
     def __len__(self) -> int:
         return self.count
 
-    def parts(self) -> Iterator[list[dict]]:
+    def parts(self) -> Iterator[ObjectChunk]:
         for chunk in self.chunks:
             yield pickle.loads(chunk)
 
@@ -59,13 +59,14 @@ def import_objects(
     project: Project,
     rows: list[dict] | ObjectRows,
     place: Callable[[int], None] | None = None,
-    stored: Callable[[list[dict]], None] | None = None,
+    stored: Callable[[int, ObjectChunk], None] | None = None,
 ) -> imports.Steps[int]:
     """The steps (see :mod:`app.services.imports`) that append ``rows`` (validated
     ``ObjectCreate`` dumps) after the project's last object, all or nothing, a chunk per
-    transaction, hidden until the last; the result is how many. Each row gets its ``index``
-    as it is written, and ``stored(chunk)`` (if given) sees each chunk written. ``place(start)``
-    may set the rows (e.g. their image URLs) once their first index is known.
+    transaction, hidden until the last; the result is how many. Each row (of a list) gets its
+    ``index`` as it is written. ``place(start)`` may set the rows (e.g. their image URLs)
+    once their first index is known. ``stored(first, chunk)`` (if given) sees each chunk
+    written, ``first`` its first index (``chunk.public_json(first)`` is the chunk as replied).
 
     Everything is checked before the first row is written (an :class:`ObjectRows` was checked
     where it was parsed); a second upload of objects into the project while one runs is
@@ -88,28 +89,21 @@ def import_objects(
     start = project.n_objects
     import_id = imports.begin(db, project, "objects", len(rows), start)
     db.commit()
-    columns = ("project_id", "index", *_ROW_COLUMNS)
     try:
+        yield False  # placing and rendering the first chunk need no turn
         if place is not None:
             place(start)
         index = start
-        for part in rows.parts() if isinstance(rows, ObjectRows) else [rows]:
-            for first in range(0, len(part), imports.CHUNK_ROWS):
-                yield False
-                chunk = part[first : first + imports.CHUNK_ROWS]
-                for row in chunk:
-                    row["index"] = index
-                    index += 1
-                values = [(project.id, r["index"], *(r[k] for k in _ROW_COLUMNS)) for r in chunk]
-                statement, prepared = prepare_insert(db, Object.__table__, columns, values)
-                yield True
-                begin_write(db)
-                imports.touch(db, import_id)
-                execute_insert(db, statement, prepared)
-                db.commit()
-                yield False  # not in the writing step's turn:
-                if stored is not None:
-                    stored(chunk)
+        for chunk in _chunks(rows, start, public=stored is not None):
+            yield True
+            begin_write(db)
+            imports.touch(db, import_id)
+            insert_objects(db, project.id, index, chunk)
+            db.commit()
+            yield False  # not in the writing step's turn:
+            if stored is not None:
+                stored(index, chunk)
+            index += chunk.n_rows
         yield True
         lock_project(db, project)
         imports.end(db, import_id)
@@ -121,6 +115,19 @@ def import_objects(
         imports.discard(db, import_id)
         raise
     return len(rows)
+
+
+def _chunks(rows: list[dict] | ObjectRows, start: int, public: bool) -> Iterator[ObjectChunk]:
+    """The rows ``imports.CHUNK_ROWS`` at a time, the first of them to be object ``start``;
+    a list's rows get their ``index``."""
+    if isinstance(rows, ObjectRows):
+        yield from rows.parts()
+        return
+    for first in range(0, len(rows), imports.CHUNK_ROWS):
+        chunk = rows[first : first + imports.CHUNK_ROWS]
+        for offset, row in enumerate(chunk):
+            row["index"] = start + first + offset
+        yield ObjectChunk.of(chunk, public)
 
 
 def check_rows(rows: Sequence[dict]) -> int | None:

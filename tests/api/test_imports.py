@@ -7,6 +7,7 @@ several transactions.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -111,16 +112,16 @@ def test_a_reader_during_an_import_sees_none_of_its_rows(sessions, chunked):  # 
 
 def test_a_failed_import_leaves_nothing(sessions, chunked, monkeypatch):  # type: ignore[no-untyped-def]
     writer, reader, project = sessions
-    real_insert = answers.execute_insert
+    real_insert = answers.insert_answers
     calls = []
 
-    def failing(db, statement, rows):  # type: ignore[no-untyped-def]
-        calls.append(len(rows))
+    def failing(db, project_id, kind, rows_json, *args):  # type: ignore[no-untyped-def]
+        calls.append(len(json.loads(rows_json)))
         if len(calls) == 3:
             raise RuntimeError("the disk is full")
-        return real_insert(db, statement, rows)
+        return real_insert(db, project_id, kind, rows_json, *args)
 
-    monkeypatch.setattr(answers, "execute_insert", failing)
+    monkeypatch.setattr(answers, "insert_answers", failing)
     with pytest.raises(RuntimeError, match="disk is full"):
         imports.run(answers.import_answers(writer, project, [[0, 1, 2]] * 9, []))
     assert calls == [3, 3, 3]

@@ -454,6 +454,7 @@ def test_uploads_are_parsed_off_the_event_loop(client, auth_headers, project, mo
         (image_zip, "add_image_zip"),
         (imports, "step"),
         (objects_api, "_created_json"),
+        (objects_api, "_created"),
     ]:
         spy(module, name)
     assert upload(client, auth_headers, "o.csv", b"name\na\nb\nc\n", "text/csv").is_success
@@ -465,7 +466,7 @@ def test_uploads_are_parsed_off_the_event_loop(client, auth_headers, project, mo
         headers=auth_headers,
     ).is_success
     assert threads == dict.fromkeys(
-        ["objects_rows", "answer_arrays", "add_image_zip", "step", "_created_json"],
+        ["objects_rows", "answer_arrays", "add_image_zip", "step", "_created_json", "_created"],
         False,
     )
 
@@ -480,9 +481,9 @@ def test_large_uploads_are_parsed_in_a_process_of_their_own(
     calls: list[str] = []
     original = upload_parsing._in_process
 
-    def counted(fn, data, is_json):  # type: ignore[no-untyped-def]
+    def counted(fn, data, is_json, *args):  # type: ignore[no-untyped-def]
         calls.append(fn.__name__)
-        return original(fn, data, is_json)
+        return original(fn, data, is_json, *args)
 
     monkeypatch.setattr(upload_parsing, "_in_process", counted)
     monkeypatch.setattr(get_settings(), "upload_process_mb", 0.0)
@@ -507,7 +508,7 @@ def test_large_uploads_are_parsed_in_a_process_of_their_own(
     assert response.json() == {"triplets": 1, "pairs": 1}
     huge = upload_answers(client, auth_headers, b"kind,a,b,c,outcome\ntriplet,0,1,1e999,\n")
     assert huge.status_code == 422 and "line 2: column c" in huge.json()["detail"]
-    assert calls == ["_objects_rows_chunks"] * 3 + ["_answer_arrays_here"] * 3
+    assert calls == ["_objects_rows_chunks"] * 3 + ["_answer_arrays_in_process"] * 3
     assert n_answers(client, auth_headers) == 5
 
 
