@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections import Counter
+from collections import Counter, namedtuple
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -45,9 +45,20 @@ WAITING_MESSAGE = (
 M = TypeVar("M", Query, Question)
 
 
+IssuedQuery = namedtuple(
+    "IssuedQuery",
+    "project_id question_id session_id participant_id kind o1 o2 o3 status is_repeat token "
+    "issued_at expires_at answered_at id",
+)
+"""A query as issued by the round trip's step (its row's values): read only, so no ORM
+object is built (profiled: building one cost more than the statement that issued it)."""
+OpenQuestion = namedtuple("OpenQuestion", "id kind o1 o2 o3")
+"""What issuing needs of an open question (see :class:`Prefetched`)."""
+
+
 @dataclass
 class Issued:
-    query: Query | None
+    query: Query | IssuedQuery | None
     done: bool = False
     message: str = ""
     objects: Sequence[Any] = ()  # the query's objects in the order shown: rows of (index,
@@ -59,7 +70,7 @@ class Prefetched:
     """What storing the answer read for issuing (see round_trip_sql.answer): the first open
     question the participant has not seen (its id, kind and objects only), or None."""
 
-    open_question: Question | None
+    open_question: OpenQuestion | None
 
 
 def planner_for(project: Project, plan: Plan | None = None) -> Planner:
@@ -216,6 +227,7 @@ def next_query(
         prefetched = None  # a freed question may come before the one read
     plan = Plan.model_validate(project.plan)
     rng = np.random.default_rng([plan.seed, _session_number(work.id), work.answered, 7])
+    question: Question | OpenQuestion | None
     question, is_repeat = _repeat_question(db, work, plan, rng)
     # The order shown is drawn now (a repeated triplet is shown mirrored: no draw), so the
     # draws are the same whichever way the question is found and issued.
@@ -399,7 +411,7 @@ def _shown(kind: str, o1: int, o2: int, o3: int | None, swap: bool) -> tuple[int
 def _query_values(
     project: Project,
     work: WorkSession,
-    question: Question | dict[str, Any],
+    question: Question | OpenQuestion | dict[str, Any],
     shown: tuple[int, ...],
     is_repeat: bool,
     now: datetime,
@@ -468,7 +480,12 @@ class _IssueNew:
 
 
 def _issue_existing(
-    db: Session, project: Project, work: WorkSession, question: Question, swap: bool, now: datetime
+    db: Session,
+    project: Project,
+    work: WorkSession,
+    question: Question | OpenQuestion,
+    swap: bool,
+    now: datetime,
 ) -> Issued:
     """Lease one more place of ``question`` and issue its query, in one step
     (round_trip_sql.issue)."""
@@ -504,7 +521,7 @@ def _issue_query(
     if issued is None:
         return None
     query["id"], query["question_id"], objects = issued
-    return Issued(Query(**query), objects=objects)
+    return Issued(IssuedQuery(**query), objects=objects)
 
 
 def _json(value: Any) -> str:

@@ -10,12 +10,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
-from app.db.models import Answer, Project, Query, Question, WorkSession, utcnow
+from app.db.models import Answer, Project, Query, WorkSession, utcnow
 from app.db.session import ensure_write
 from app.errors import AppError, Conflict, Forbidden, InvalidInput, NotFound
 from app.services import round_trip_sql
 from app.services.issuance import (
     Issued,
+    OpenQuestion,
     Prefetched,
     next_for_session,
     next_query,
@@ -174,8 +175,7 @@ def _store(
             review_counts(db, row, plan)  # type: ignore[arg-type]
     if row.open_question is None:
         return Prefetched(None)
-    question_id, kind, o1, o2, o3 = row.open_question
-    return Prefetched(Question(id=question_id, kind=kind, o1=o1, o2=o2, o3=o3))
+    return Prefetched(OpenQuestion(*row.open_question))
 
 
 def _not_claimed(db: Session, work: WorkSession, token: str, choice: int) -> WorkSession:
