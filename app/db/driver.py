@@ -17,13 +17,17 @@ UTC, no zone: compared as text) and read back with :func:`timestamp`.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import namedtuple
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import JSON, Connection
+from sqlalchemy.orm import Session, make_transient_to_detached
+from sqlalchemy.orm.attributes import set_committed_value
+
+from app.db.models import Base, UTCDateTime
 
 _PARAMETER = re.compile(r"(?<![:\w]):(\w+)")
 _TEXT_CAST = re.compile(r"CAST\((:\w+) AS (?:TIMESTAMPTZ|JSON)\)")
@@ -36,7 +40,7 @@ class Statement:
     (casts to text types dropped); ``postgresql=None``: a statement only SQLite runs, and
     ``sqlite=""`` one only PostgreSQL runs."""
 
-    __slots__ = ("postgresql", "sqlite")
+    __slots__ = ("postgresql", "row_types", "sqlite")
 
     def __init__(self, postgresql: str | None, sqlite: str | None = None) -> None:
         self.postgresql = None
@@ -45,6 +49,7 @@ class Statement:
         if sqlite is None:
             sqlite = postgresql
         self.sqlite = _TEXT_CAST.sub(r"\1", sqlite) if sqlite else None
+        self.row_types: dict[str, type] = {}  # dialect -> the named tuple of its rows
 
     def text(self, dialect: str) -> str:
         sql = self.postgresql if dialect == "postgresql" else self.sqlite
@@ -53,19 +58,56 @@ class Statement:
         return sql
 
 
-def run(connection: Connection, statement: Statement, params: dict[str, Any]) -> Any:
-    """Run ``statement`` on ``connection`` (a session's: ``db.connection()``), in its
-    transaction; the driver's cursor, to fetch from (see :func:`first`, :func:`rows`) or
-    close."""
+def bind(connection: Connection, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` as the driver of ``connection`` takes them (SQLite: timestamps as text).
+    :func:`run` does it; a step that runs several statements with the same values may do
+    it once first."""
+    if connection.dialect.name != "sqlite":
+        return params
+    return {
+        k: v.strftime(SQLITE_TIMESTAMP) if type(v) is datetime else v for k, v in params.items()
+    }
+
+
+def _cursor(connection: Connection, statement: Statement, params: dict[str, Any]) -> Any:
     dialect = connection.dialect.name
-    if dialect == "sqlite":
-        params = {
-            k: v.strftime(SQLITE_TIMESTAMP) if type(v) is datetime else v for k, v in params.items()
-        }
     cursor = connection.connection.cursor()
     # SQLAlchemy's own way to run a text on a cursor: listeners, logging, its exceptions.
-    connection._cursor_execute(cursor, statement.text(dialect), params)
+    connection._cursor_execute(cursor, statement.text(dialect), bind(connection, params))
     return cursor
+
+
+def run(connection: Connection, statement: Statement, params: dict[str, Any]) -> None:
+    """Run ``statement`` on ``connection`` (a session's: ``db.connection()``), in its
+    transaction."""
+    _cursor(connection, statement, params).close()
+
+
+def first(connection: Connection, statement: Statement, params: dict[str, Any]) -> Any:
+    """:func:`run`, and its first row as a named tuple (columns by name), or None."""
+    cursor = _cursor(connection, statement, params)
+    row = cursor.fetchone()
+    result = None if row is None else _row_type(connection, statement, cursor)._make(row)
+    cursor.close()
+    return result
+
+
+def rows(connection: Connection, statement: Statement, params: dict[str, Any]) -> list[Any]:
+    """:func:`run`, and its rows as named tuples."""
+    cursor = _cursor(connection, statement, params)
+    fetched = cursor.fetchall()
+    row_type = _row_type(connection, statement, cursor)
+    cursor.close()
+    return [row_type._make(row) for row in fetched]
+
+
+def _row_type(connection: Connection, statement: Statement, cursor: Any) -> type:
+    dialect = connection.dialect.name
+    row_type = statement.row_types.get(dialect)
+    if row_type is None:
+        names = [column[0] for column in cursor.description]
+        row_type = statement.row_types[dialect] = namedtuple("Row", names)
+    return row_type
 
 
 def timestamp(value: datetime | str | None) -> datetime | None:
@@ -75,28 +117,57 @@ def timestamp(value: datetime | str | None) -> datetime | None:
     return datetime.fromisoformat(value).replace(tzinfo=UTC)
 
 
-_row_types: dict[tuple[str, ...], type] = {}
+def columns(cls: type[Base], prefix: str = "") -> str:
+    """The columns of ``cls``'s table for a SELECT list (``prefix``: aliased with it)."""
+    table = cls.__tablename__
+    return ", ".join(
+        f'{table}."{c.name}"' + (f' AS "{prefix}{c.name}"' if prefix else "")
+        for c in cls.__table__.columns
+    )
 
 
-def _row_type(cursor: Any) -> type:
-    names = tuple(column[0] for column in cursor.description)
-    row_type = _row_types.get(names)
-    if row_type is None:
-        row_type = _row_types[names] = namedtuple("Row", names)
-    return row_type
+def loaded(db: Session, cls: type[Base], values: dict[str, Any], dialect: str) -> Any:
+    """The persistent object of ``cls`` with these column ``values`` (all of them, as read
+    by :func:`run`), as if the ORM had loaded it (populating an object it holds already),
+    without its loading machinery (profiled: it cost more than SQLite's statement). Changes
+    to the object are flushed as usual; call ``db.flush()`` before the read if some may be
+    pending."""
+    if dialect == "sqlite":
+        for name in _json_columns(cls):
+            if values[name] is not None:
+                values[name] = json.loads(values[name])
+        for name in _timestamp_columns(cls):
+            values[name] = timestamp(values[name])
+    held = db.identity_map.get(db.identity_key(cls, values["id"]))
+    if held is not None:
+        known = held.__dict__
+        for name, value in values.items():
+            if name not in known or known[name] != value:
+                set_committed_value(held, name, value)
+        return held
+    instance = cls(**values)
+    make_transient_to_detached(instance)  # its values read as committed, not as changes
+    db.add(instance)
+    return instance
 
 
-def first(cursor: Any) -> Any:
-    """The cursor's first row as a named tuple (columns by name), or None; closes it."""
-    row = cursor.fetchone()
-    result = None if row is None else _row_type(cursor)._make(row)
-    cursor.close()
-    return result
+_column_kinds: dict[type[Base], tuple[list[str], list[str]]] = {}
 
 
-def rows(cursor: Any) -> Sequence[Any]:
-    """Every row of the cursor as named tuples; closes it."""
-    fetched = cursor.fetchall()
-    result = [_row_type(cursor)._make(row) for row in fetched] if fetched else []
-    cursor.close()
-    return result
+def _kinds(cls: type[Base]) -> tuple[list[str], list[str]]:
+    kinds = _column_kinds.get(cls)
+    if kinds is None:
+        table_columns = cls.__table__.columns
+        kinds = _column_kinds[cls] = (
+            [c.name for c in table_columns if isinstance(c.type, JSON)],
+            [c.name for c in table_columns if isinstance(c.type, UTCDateTime)],
+        )
+    return kinds
+
+
+def _json_columns(cls: type[Base]) -> list[str]:
+    return _kinds(cls)[0]
+
+
+def _timestamp_columns(cls: type[Base]) -> list[str]:
+    return _kinds(cls)[1]

@@ -42,7 +42,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.db.driver import Statement, first, rows, run, timestamp
+from app.db.driver import Statement, bind, first, rows, run, timestamp
 
 # -- the parts, written once -----------------------------------------------------------------
 
@@ -283,20 +283,21 @@ def answer(db: Session, params: dict[str, Any]) -> Answered | None:
     project, participant, source, client_ms, min_ms, code_hash); None if the query was not
     claimed (nothing changed). ``IntegrityError`` if another request stored it first."""
     conn = db.connection()
+    params = bind(conn, params)
     if conn.dialect.name == "postgresql":
-        row = first(run(conn, ANSWER, params))
+        row = first(conn, ANSWER, params)
         if row is None:
             return None
         open_question = None if row.q_id is None else (row.q_id, *row[-4:])
         return Answered(*row[:15], open_question)
-    claimed = first(run(conn, CLAIM, params))
+    claimed = first(conn, CLAIM, params)
     if claimed is None:
         return None
     if not claimed.is_repeat:
-        run(conn, PLACE, {"question": claimed.question_id}).close()
-    stored = first(run(conn, STORE, {**params, "query": claimed.id}))
-    session = first(run(conn, SESSION, params))
-    counts = first(run(conn, COUNTS, {**params, "answer": stored.id}))
+        run(conn, PLACE, {"question": claimed.question_id})
+    stored = first(conn, STORE, {**params, "query": claimed.id})
+    session = first(conn, SESSION, params)
+    counts = first(conn, COUNTS, {**params, "answer": stored.id})
     open_question = None if counts.open_question is None else json.loads(counts.open_question)
     return Answered(
         session.answered,
@@ -317,22 +318,23 @@ def issue(
     objects shown), token, now, expires; for a new question the columns of
     ``_NEW_QUESTION``, state and step; else question."""
     conn = db.connection()
+    params = bind(conn, params)
     if conn.dialect.name == "postgresql":
         statement = ISSUE_NEW if new else ISSUE_EXISTING
-        found = rows(run(conn, statement, {**params, "shown": list(shown)}))
+        found = rows(conn, statement, {**params, "shown": list(shown)})
         if not found:
             return None
         by_index = {row.index: ShownObject(*row[2:]) for row in found}
         return found[0].query_id, found[0].question_id, [by_index[i] for i in shown]
     if new:
-        created = first(run(conn, NEW_QUESTION, params))
+        created = first(conn, NEW_QUESTION, params)
         if created is None:
             return None
-        run(conn, PROGRESS, params).close()
+        run(conn, PROGRESS, params)
         question_id = created.id
     else:
-        run(conn, LEASE, params).close()
+        run(conn, LEASE, params)
         question_id = params["question"]
-    query = first(run(conn, QUERY, {**params, "question": question_id}))
+    query = first(conn, QUERY, {**params, "question": question_id})
     by_index = {row[0]: ShownObject(*row) for row in json.loads(query.objects)}
     return query.query_id, query.question_id, [by_index[i] for i in shown]
