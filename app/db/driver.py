@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy import JSON, Connection
 from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.instrumentation import manager_of_class
 
 from app.db.models import Base, UTCDateTime
 
@@ -145,8 +146,11 @@ def loaded(db: Session, cls: type[Base], values: dict[str, Any], dialect: str) -
             if name not in known or known[name] != value:
                 set_committed_value(held, name, value)
         return held
-    instance = cls(**values)
-    make_transient_to_detached(instance)  # its values read as committed, not as changes
+    # Built as the ORM builds what it loads: the values put in place, not set one by one
+    # through the attributes' events (as the constructor does), then marked as read.
+    instance = manager_of_class(cls).new_instance()
+    instance.__dict__.update(values)
+    make_transient_to_detached(instance)  # its values committed, not changes; its identity
     db.add(instance)
     return instance
 
