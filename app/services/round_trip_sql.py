@@ -122,7 +122,8 @@ _SESSION = """
 _SESSION_RETURNING = """
     RETURNING sessions.answered, sessions.finished_at, sessions.completion_code_hash
 """
-# quality.count_answer, from the answer's row (``answer``).
+# The participant's quality counters (quality.count_answer's, in SQL), from the answer's
+# row (``answer``).
 _COUNTS = """
     UPDATE participants SET n_answers = participants.n_answers + 1,
         gold_answers = participants.gold_answers
@@ -272,8 +273,8 @@ Answered = namedtuple(
     "repeats consistent_repeats open_question",
 )
 """What :func:`answer` changed and read: the session's count, end and code hash; the
-participant's counters (what ``quality.count_answer`` returns); the open question (id,
-kind, o1, o2, o3), or None."""
+participant's counters and flags after the answer (what ``quality.review_counts`` reads);
+the open question (id, kind, o1, o2, o3), or None."""
 
 ShownObject = namedtuple("ShownObject", "index name text image_url")
 
