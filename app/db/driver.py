@@ -23,6 +23,7 @@ from collections import namedtuple
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 from sqlalchemy import JSON, Connection
 from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
@@ -36,17 +37,32 @@ SQLITE_TIMESTAMP = "%Y-%m-%d %H:%M:%S.%f"  # SQLAlchemy's storage format for SQL
 
 
 class Statement:
-    """One SQL statement, in each dialect's text, both written with ``:name`` parameters
-    (psycopg's ``%(name)s`` are made here). ``sqlite=None``: SQLite runs PostgreSQL's text
-    (casts to text types dropped); ``postgresql=None``: a statement only SQLite runs, and
-    ``sqlite=""`` one only PostgreSQL runs."""
+    """One SQL statement, in each dialect's text, both written with ``:name`` parameters.
+    ``sqlite=None``: SQLite runs PostgreSQL's text (casts to text types dropped);
+    ``postgresql=None``: a statement only SQLite runs, and ``sqlite=""`` one only PostgreSQL
+    runs.
 
-    __slots__ = ("postgresql", "row_types", "sqlite")
+    PostgreSQL's text gets the server's own ``$1, $2, …`` parameters, run by psycopg's
+    ``RawCursor``, which sends the text as it is: its usual cursor parses every query for
+    its ``%(name)s`` parameters, and does it again on every run for a text longer than 4 kB
+    (``psycopg._queries.MAX_CACHED_STATEMENT_LENGTH``; the answer's statement is 5.5 kB),
+    profiled as the largest cost of a round trip on PostgreSQL."""
+
+    __slots__ = ("names", "postgresql", "row_types", "sqlite")
 
     def __init__(self, postgresql: str | None, sqlite: str | None = None) -> None:
         self.postgresql = None
+        self.names: tuple[str, ...] = ()  # the parameters of $1, $2, …
         if postgresql is not None:
-            self.postgresql = _PARAMETER.sub(r"%(\1)s", postgresql.replace("%", "%%"))
+            names: list[str] = []
+
+            def number(match: re.Match[str]) -> str:
+                if match[1] not in names:
+                    names.append(match[1])
+                return f"${names.index(match[1]) + 1}"
+
+            self.postgresql = _PARAMETER.sub(number, postgresql)
+            self.names = tuple(names)
         if sqlite is None:
             sqlite = postgresql
         self.sqlite = _TEXT_CAST.sub(r"\1", sqlite) if sqlite else None
@@ -72,9 +88,15 @@ def bind(connection: Connection, params: dict[str, Any]) -> dict[str, Any]:
 
 def _cursor(connection: Connection, statement: Statement, params: dict[str, Any]) -> Any:
     dialect = connection.dialect.name
-    cursor = connection.connection.cursor()
+    values: Any
+    if dialect == "postgresql":
+        cursor = psycopg.RawCursor(connection.connection.driver_connection)
+        values = tuple(params[name] for name in statement.names)
+    else:
+        cursor = connection.connection.cursor()
+        values = bind(connection, params)
     # SQLAlchemy's own way to run a text on a cursor: listeners, logging, its exceptions.
-    connection._cursor_execute(cursor, statement.text(dialect), bind(connection, params))
+    connection._cursor_execute(cursor, statement.text(dialect), values)
     return cursor
 
 
