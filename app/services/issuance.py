@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections import Counter
+from collections import Counter, namedtuple
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,8 +17,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 from sqlalchemy import Row, bindparam, exists, func, insert, select, update
-from sqlalchemy.dialects import postgresql as postgresql_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -47,20 +45,32 @@ WAITING_MESSAGE = (
 M = TypeVar("M", Query, Question)
 
 
+IssuedQuery = namedtuple(
+    "IssuedQuery",
+    "project_id question_id session_id participant_id kind o1 o2 o3 status is_repeat token "
+    "issued_at expires_at answered_at id",
+)
+"""A query as issued by the round trip's step (its row's values): read only, so no ORM
+object is built (profiled: building one cost more than the statement that issued it)."""
+OpenQuestion = namedtuple("OpenQuestion", "id kind o1 o2 o3")
+"""What issuing needs of an open question (see :class:`Prefetched`)."""
+
+
 @dataclass
 class Issued:
-    query: Query | None
+    query: Query | IssuedQuery | None
     done: bool = False
     message: str = ""
-    objects: Sequence[Row] = ()  # the query's objects in the order shown
+    objects: Sequence[Any] = ()  # the query's objects in the order shown: rows of (index,
+    # name, text, image_url)
 
 
 @dataclass
 class Prefetched:
-    """What the answer's statement read for issuing (PostgreSQL, see round_trip_sql.ANSWER):
-    the first open question the participant has not seen, or None."""
+    """What storing the answer read for issuing (see round_trip_sql.answer): the first open
+    question the participant has not seen (its id, kind and objects only), or None."""
 
-    open_question: Question | None
+    open_question: OpenQuestion | None
 
 
 def planner_for(project: Project, plan: Plan | None = None) -> Planner:
@@ -97,13 +107,6 @@ _EXPIRE_LEASES = (
     .returning(_queries.c.question_id, _queries.c.is_repeat)
 )
 _INSERT_QUERY = insert(_queries).returning(_queries.c.id)
-# Both dialects say "INSERT … ON CONFLICT (project_id, key) DO NOTHING RETURNING id".
-_INSERT_NEW_QUESTION = {
-    dialect.__name__.rsplit(".", 1)[-1]: dialect.insert(_questions)
-    .on_conflict_do_nothing(index_elements=[_q.project_id, _q.key])
-    .returning(_q.id)
-    for dialect in (sqlite_dialect, postgresql_dialect)
-}
 _projects = Project.__table__
 # Core, not the unit of work's flush (profiled); ``updated_at`` still follows (onupdate).
 _SAVE_PLAN_PROGRESS = (
@@ -224,12 +227,12 @@ def next_query(
         prefetched = None  # a freed question may come before the one read
     plan = Plan.model_validate(project.plan)
     rng = np.random.default_rng([plan.seed, _session_number(work.id), work.answered, 7])
+    question: Question | OpenQuestion | None
     question, is_repeat = _repeat_question(db, work, plan, rng)
     # The order shown is drawn now (a repeated triplet is shown mirrored: no draw), so the
     # draws are the same whichever way the question is found and issued.
     mirrored = is_repeat and question is not None and question.kind == "triplet"
     swap = False if mirrored else bool(rng.random() < 0.5)
-    created = False
     learning = prepared_planner(db, project, plan)  # comprf: its trees, current; else None
     if learning is not None:
         prefetched = None  # preparing may have closed questions
@@ -238,9 +241,9 @@ def next_query(
     elif question is None:
         question = _open_question(db, project, work)
     if question is None:
-        # PostgreSQL: the new question is issued in the statement that creates it.
-        issue_new = _IssueNew(db, project, work, swap, now) if _postgresql(db) else None
-        question, created, issued = _new_question(db, project, work, plan, learning, issue_new)
+        # The new question is issued by the step that creates it.
+        issue_new = _IssueNew(db, project, work, swap, now)
+        question, issued = _new_question(db, project, work, plan, learning, issue_new)
         if issued is not None:
             return issued
     if question is None and waiting_for_answers(learning):  # comprf: the session goes on
@@ -251,15 +254,11 @@ def next_query(
             finish_session(db, work)
         return Issued(None, done=True, message=message)
 
-    if not is_repeat and not created and _postgresql(db):
+    if not is_repeat:
         return _issue_existing(db, project, work, question, swap, now)
-    query = _issue(db, project, work, question, is_repeat, swap, now, place_taken=created)
+    query = _issue_repeat(db, project, work, question, swap, now)
     objects = query_objects(db, project, query)
     return Issued(query, objects=objects)
-
-
-def _postgresql(db: Session) -> bool:
-    return db.get_bind().dialect.name == "postgresql"
 
 
 _expired_at: dict[int, float] = {}  # project id -> when this process last freed its leases
@@ -329,12 +328,12 @@ def _new_question(
     project: Project,
     work: WorkSession,
     plan: Plan,
-    planner: Planner | None = None,
-    issue_new: _IssueNew | None = None,
-) -> tuple[Question | None, bool, Issued | None]:
-    """Ask the plan's strategies for a question this participant has not seen; whether it
-    was created now (with its first place taken, see :func:`_question_values`); and, with
-    ``issue_new`` (PostgreSQL), the question already issued with it in one statement."""
+    planner: Planner | None,
+    issue_new: _IssueNew,
+) -> tuple[Question | None, Issued | None]:
+    """Ask the plan's strategies for a question this participant has not seen: an existing
+    one, or the query ``issue_new`` issued with the question it created (its first place
+    taken, see :func:`_question_values`)."""
     planner = planner or planner_for(project, plan)
     state: dict[str, Any] = project.plan_state or planner.initial_state()
     step = project.plan_step
@@ -344,26 +343,18 @@ def _new_question(
             proposed = planner.propose(state, step)
             step += 1
             if proposed is None:
-                return None, False, None
+                return None, None
             position, proposal = proposed
             values = _question_values(project, proposal, position, planner, plan)
             if_created = state
             if position >= 0:
                 if_created = {**state, "created": [*state["created"]]}
                 if_created["created"][position] += 1
-            # Usually a new question: created in one statement, unless its key exists.
-            if issue_new is not None:
-                issued = issue_new(values, if_created, step)
-                if issued is not None:
-                    state, saved = if_created, True
-                    return None, True, issued
-            else:
-                values["id"] = db.execute(
-                    _INSERT_NEW_QUESTION[db.get_bind().dialect.name], values
-                ).scalar()
-                if values["id"] is not None:
-                    state = if_created
-                    return Question(**values), True, None
+            # Usually a new question: created and issued in one step, unless its key exists.
+            issued = issue_new(values, if_created, step)
+            if issued is not None:
+                state, saved = if_created, True
+                return None, issued
             existing = _detached(
                 Question,
                 db.execute(_QUESTION_BY_KEY, {"project": project.id, "key": proposal.key}).first(),
@@ -373,8 +364,8 @@ def _new_question(
                 _SEEN_QUESTION, {"participant": work.participant_id, "question": existing.id}
             )
             if existing.is_open and not seen:
-                return existing, False, None
-        return None, False, None
+                return existing, None
+        return None, None
     finally:
         if not saved:
             db.execute(_SAVE_PLAN_PROGRESS, {"project": project.id, "state": state, "step": step})
@@ -420,7 +411,7 @@ def _shown(kind: str, o1: int, o2: int, o3: int | None, swap: bool) -> tuple[int
 def _query_values(
     project: Project,
     work: WorkSession,
-    question: Question | dict[str, Any],
+    question: Question | OpenQuestion | dict[str, Any],
     shown: tuple[int, ...],
     is_repeat: bool,
     now: datetime,
@@ -446,36 +437,28 @@ def _query_values(
     }
 
 
-def _issue(
-    db: Session,
-    project: Project,
-    work: WorkSession,
-    question: Question,
-    is_repeat: bool,
-    swap: bool,
-    now: datetime,
-    *,
-    place_taken: bool = False,
+def _issue_repeat(
+    db: Session, project: Project, work: WorkSession, question: Question, swap: bool, now: datetime
 ) -> Query:
-    """Hand ``question`` to ``work`` with a fresh token; candidates in the order drawn
-    (``swap``), a repeated triplet's mirrored."""
+    """Hand ``question``, which ``work`` answered, to it again with a fresh token: a triplet
+    mirrored, a pair in the order drawn (``swap``). A repeat takes no place among the
+    question's wanted answers (any other question goes through :func:`_issue_existing`)."""
     shown = _shown(question.kind, question.o1, question.o2, question.o3, swap)
-    if is_repeat and question.kind == "triplet":
+    if question.kind == "triplet":
         original = db.scalar(
             select(Query).where(Query.session_id == work.id, Query.question_id == question.id)
         )
         assert original is not None
         shown = (question.o1, original.o3, original.o2)  # mirrored
-    values = _query_values(project, work, question, shown, is_repeat, now)
-    values["id"] = db.execute(_INSERT_QUERY, values).scalar_one()  # Core, as for questions
-    if not is_repeat and not place_taken:
-        count_places(db, question.id, live=1)
+    values = _query_values(project, work, question, shown, True, now)
+    values["id"] = db.execute(_INSERT_QUERY, values).scalar_one()  # Core, not the ORM's flush
     return Query(**values)
 
 
 class _IssueNew:
-    """PostgreSQL: create a proposed question, save the plan's progress and issue the query,
-    in one statement (round_trip_sql.ISSUE_NEW); None if the project has the question."""
+    """Create a proposed question (its first place taken), save the plan's progress and
+    issue the query, in one step (round_trip_sql.issue); None if the project has the
+    question already."""
 
     def __init__(
         self, db: Session, project: Project, work: WorkSession, swap: bool, now: datetime
@@ -489,52 +472,56 @@ class _IssueNew:
         )
         params = {
             **values,
-            "project": self.project.id,
             "strategy_ref": _json(values["strategy_ref"]),
             "state": _json(state),
             "step": step,
-            "now": self.now,
         }
-        return _issued_in_one_statement(self.db, round_trip_sql.ISSUE_NEW, params, query, self.work)
+        return _issue_query(self.db, params, query, new=True)
 
 
 def _issue_existing(
-    db: Session, project: Project, work: WorkSession, question: Question, swap: bool, now: datetime
+    db: Session,
+    project: Project,
+    work: WorkSession,
+    question: Question | OpenQuestion,
+    swap: bool,
+    now: datetime,
 ) -> Issued:
-    """PostgreSQL: lease one more place of ``question`` and issue its query in one statement
-    (round_trip_sql.ISSUE_EXISTING)."""
+    """Lease one more place of ``question`` and issue its query, in one step
+    (round_trip_sql.issue)."""
     shown = _shown(question.kind, question.o1, question.o2, question.o3, swap)
     query = _query_values(project, work, question, shown, False, now)
-    params = {"question": question.id, "project": project.id, "now": now}
-    issued = _issued_in_one_statement(db, round_trip_sql.ISSUE_EXISTING, params, query, work)
+    issued = _issue_query(db, {"question": question.id}, query, new=False)
     assert issued is not None  # the question exists: issuing holds the project
     return issued
 
 
-def _issued_in_one_statement(
-    db: Session, statement: Any, params: dict[str, Any], query: dict[str, Any], work: WorkSession
+def _issue_query(
+    db: Session, params: dict[str, Any], query: dict[str, Any], *, new: bool
 ) -> Issued | None:
     shown = [i for i in (query["o1"], query["o2"], query["o3"]) if i is not None]
-    rows = db.execute(
-        statement,
+    issued = round_trip_sql.issue(
+        db,
         {
             **params,
-            "session": work.id,
-            "participant": work.participant_id,
+            "project": query["project_id"],
+            "session": query["session_id"],
+            "participant": query["participant_id"],
             "kind": query["kind"],
             "s1": query["o1"],
             "s2": query["o2"],
             "s3": query["o3"],
             "token": query["token"],
+            "now": query["issued_at"],
             "expires": query["expires_at"],
-            "shown": shown,
         },
-    ).all()
-    if not rows:
+        shown,
+        new=new,
+    )
+    if issued is None:
         return None
-    query["id"], query["question_id"] = rows[0].query_id, rows[0].question_id
-    by_index = {row.index: row for row in rows}
-    return Issued(Query(**query), objects=[by_index[i] for i in shown])
+    query["id"], query["question_id"], objects = issued
+    return Issued(IssuedQuery(**query), objects=objects)
 
 
 def _json(value: Any) -> str:

@@ -1,65 +1,77 @@
-"""The worker round trip on PostgreSQL in few statements: one per step, each a CTE.
+"""The worker round trip in few statements, one SQL text per step for both databases.
 
-A round trip (an answer whose reply carries the next question) holds the project's row
-from its first statement to its commit, so every worker of a project waits behind it: on
-PostgreSQL each statement is a network round trip made while the row is held. The usual
-case is therefore three statements between ``BEGIN`` and ``COMMIT``:
+A round trip (an answer whose reply carries the next question) holds the project from its
+first statement to its commit (PostgreSQL: the project's row; SQLite: the write lock), so
+every worker of a project waits behind it. On PostgreSQL each statement is a network round
+trip made while the row is held; the usual case is three statements between ``BEGIN`` and
+``COMMIT``:
 
 1. lock and read the session and its project (``sessions._SESSION_IN_PROJECT_HELD``). It
    stays a statement of its own: under READ COMMITTED a statement reads the snapshot taken
    when it started, so what follows the lock must start after the lock is granted, or it
    would read rows as they were before the previous holder committed (a question another
    worker just took would look open);
-2. :data:`ANSWER`: claim the question, count its place, store the answer, count it on the
+2. :func:`answer`: claim the question, count its place, store the answer, count it on the
    session (finishing it) and on the participant, and read the first open question this
    participant has not seen;
-3. :data:`ISSUE_NEW` (or :data:`ISSUE_EXISTING`): create the question the plan proposed,
-   save the plan's progress, issue the query and read the objects shown.
+3. :func:`issue` (a new question or an existing one): create the question the plan proposed
+   and save the plan's progress, or lease one more place of the open question; issue the
+   query and read the objects shown.
 
-Data-modifying CTEs run on one snapshot and do not see each other's changes, only what
-they return; each below reads what it depends on from the ``RETURNING`` of the one before,
-and the reads of other rows (the question's facts, a repeat's first answer, the open
-question) are of rows these statements do not change in a way that matters (answering
-moves a place from leased to answered: a question's ``is_open`` stays as it was).
-SQLite has ``RETURNING`` but no data-modifying CTEs: it runs the same steps as separate
-statements (in-process calls, not network round trips). The SQL is text, built once;
-psycopg prepares a statement on the server after its fifth run on a connection.
-Parameters are cast where PostgreSQL could not infer their type (``NULL`` in a ``SELECT``
-list would be text).
+On PostgreSQL each step is one statement of data-modifying CTEs. They run on one snapshot
+and do not see each other's changes, only what they return; each below reads what it
+depends on from the ``RETURNING`` of the one before, and the reads of other rows (the
+question's facts, a repeat's first answer, the open question) are of rows these statements
+do not change in a way that matters (answering moves a place from leased to answered: a
+question's ``is_open`` stays as it was). SQLite has ``RETURNING`` but no data-modifying
+CTEs: it runs the same parts (the same SQL text, see the fragments below) as separate
+statements, one per table written, in-process calls rather than network round trips; what
+PostgreSQL reads in a CTE or a join, SQLite reads in a subquery of ``RETURNING``.
+
+Statements run on the driver's cursor (:mod:`app.db.driver`); psycopg prepares a statement
+on the server after its fifth run on a connection. Parameters are cast where PostgreSQL
+could not infer their type (``NULL`` in a ``SELECT`` list would be text).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import text
+import json
+from collections import namedtuple
+from collections.abc import Sequence
+from typing import Any
 
-# Parameters: token, session, now, choice, project, participant, source, client_ms, min_ms,
-# code_hash (the session's completion code hash, stored if this answer finishes it).
-ANSWER = text("""
-WITH claim AS (
+from sqlalchemy.orm import Session
+
+from app.db.driver import Statement, bind, first, rows, run, timestamp
+
+# -- the parts, written once -----------------------------------------------------------------
+
+# Mark the session's query answered, if still leased and the choice is one it offered.
+_CLAIM = """
     UPDATE queries SET status = 'answered', answered_at = CAST(:now AS TIMESTAMPTZ)
     WHERE token = CAST(:token AS VARCHAR) AND session_id = CAST(:session AS VARCHAR)
       AND status = 'issued' AND expires_at > CAST(:now AS TIMESTAMPTZ)
       AND ((kind = 'triplet' AND (o2 = CAST(:choice AS INTEGER) OR o3 = CAST(:choice AS INTEGER)))
            OR (kind <> 'triplet' AND CAST(:choice AS INTEGER) IN (-1, 0, 1)))
     RETURNING id, question_id, kind, o1, o2, o3, is_repeat, issued_at
-),
-place AS (
-    -- from leased to answered; a repeat never held a place (see issuance.count_places)
+"""
+# From leased to answered; a repeat never held a place (see issuance.count_places).
+_PLACE = """
     UPDATE questions SET live = questions.live - 1, answered = questions.answered + 1,
         is_open = questions.answered + questions.live < questions.wanted
-    FROM claim WHERE questions.id = claim.question_id AND NOT claim.is_repeat
-),
-first AS (
-    -- a repeat: the session's first answer to the same question
+"""
+# A repeat: the session's first answer to the same question.
+_FIRST = """
     SELECT answers.a, answers.b, answers.outcome
     FROM answers
     JOIN queries ON queries.id = answers.query_id
     JOIN claim ON claim.is_repeat AND queries.question_id = claim.question_id
     WHERE queries.session_id = CAST(:session AS VARCHAR) AND NOT queries.is_repeat
     LIMIT 1
-),
-answer AS (
-    -- responses._answer_values, and _agrees_with_first_answer for a repeat
+"""
+# The answer's row from its query: which objects were chosen, where the choice was shown,
+# whether it was right (gold) and agrees with the first answer (a repeat).
+_ANSWER = """
     SELECT claim.id AS query_id, claim.kind, claim.o1 AS a,
         CASE WHEN claim.kind = 'triplet' THEN CAST(:choice AS INTEGER) ELSE claim.o2 END AS b,
         CASE WHEN claim.kind = 'triplet' THEN
@@ -74,24 +86,31 @@ answer AS (
              ELSE CASE WHEN first.a = claim.o1 THEN first.outcome ELSE -first.outcome END
                   = CAST(:choice AS INTEGER)
         END AS consistent,
-        CAST(EXTRACT(EPOCH FROM CAST(:now AS TIMESTAMPTZ) - claim.issued_at) * 1000
-             AS DOUBLE PRECISION) AS server_ms
+        {server_ms} AS server_ms
     FROM claim
     JOIN questions ON questions.id = claim.question_id
     LEFT JOIN first ON true
-),
-stored AS (
+"""
+_SERVER_MS = {
+    "postgresql": "CAST(EXTRACT(EPOCH FROM CAST(:now AS TIMESTAMPTZ) - claim.issued_at) * 1000"
+    " AS DOUBLE PRECISION)",
+    "sqlite": "(julianday(:now) - julianday(claim.issued_at)) * 86400000.0",
+}
+_STORE_INTO = """
     INSERT INTO answers (project_id, query_id, kind, a, b, c, outcome, position, choice,
         source, strategy, gold_correct, consistent, session_id, participant_id, server_ms,
         client_ms, created_at)
+"""
+_STORE = """
     SELECT CAST(:project AS INTEGER), query_id, kind, a, b, c, outcome, position,
         CAST(:choice AS INTEGER), CAST(:source AS VARCHAR), strategy, gold_correct,
         consistent, CAST(:session AS VARCHAR), CAST(:participant AS INTEGER), server_ms,
         CAST(:client_ms AS DOUBLE PRECISION), CAST(:now AS TIMESTAMPTZ)
     FROM answer
-    RETURNING id
-),
-session AS (
+"""
+# Counted in SQL, so two answers of one session racing cannot lose a count; the answer
+# that reaches the session's total finishes it (issuance.finish_session).
+_SESSION = """
     UPDATE sessions SET answered = sessions.answered + 1,
         finished_at = CASE
             WHEN sessions.finished_at IS NULL AND sessions.answered + 1 >= sessions.total
@@ -99,11 +118,13 @@ session AS (
         completion_code_hash = CASE
             WHEN sessions.finished_at IS NULL AND sessions.answered + 1 >= sessions.total
             THEN CAST(:code_hash AS VARCHAR) ELSE sessions.completion_code_hash END
-    FROM stored WHERE sessions.id = CAST(:session AS VARCHAR)
+"""
+_SESSION_RETURNING = """
     RETURNING sessions.answered, sessions.finished_at, sessions.completion_code_hash
-),
-counts AS (
-    -- quality.count_answer
+"""
+# The participant's quality counters (quality.count_answer's, in SQL), from the answer's
+# row (``answer``).
+_COUNTS = """
     UPDATE participants SET n_answers = participants.n_answers + 1,
         gold_answers = participants.gold_answers
             + CASE WHEN answer.gold_correct IS NOT NULL THEN 1 ELSE 0 END,
@@ -117,57 +138,24 @@ counts AS (
         repeats = participants.repeats + CASE WHEN answer.consistent IS NOT NULL THEN 1 ELSE 0 END,
         consistent_repeats = participants.consistent_repeats
             + CASE WHEN answer.consistent THEN 1 ELSE 0 END
-    FROM answer, stored
-    WHERE participants.id = CAST(:participant AS INTEGER)
+"""
+_COUNTS_RETURNING = """
     RETURNING participants.id, participants.flagged, participants.flag_reason,
         participants.flag_manual, participants.n_answers, participants.gold_answers,
         participants.gold_correct, participants.fast_answers, participants.left_answers,
         participants.sided_answers, participants.repeats, participants.consistent_repeats
-)
-SELECT session.answered AS session_answered, session.finished_at AS session_finished_at,
-    session.completion_code_hash AS session_code_hash, counts.*,
-    open.id AS q_id, open.project_id AS q_project_id, open.key AS q_key,
-    open.kind AS q_kind, open.o1 AS q_o1, open.o2 AS q_o2, open.o3 AS q_o3,
-    open.strategy AS q_strategy, open.strategy_position AS q_strategy_position,
-    open.strategy_ref AS q_strategy_ref, open.gold_choice AS q_gold_choice,
-    open.wanted AS q_wanted, open.live AS q_live, open.answered AS q_answered,
-    open.is_open AS q_is_open, open.created_at AS q_created_at
-FROM session CROSS JOIN counts
-LEFT JOIN LATERAL (
-    -- issuance._OPEN_QUESTION: still wanted, and not seen by this participant
-    SELECT * FROM questions
+"""
+# issuance._OPEN_QUESTION: still wanted, and not seen by this participant.
+_OPEN = """
+    SELECT {columns} FROM questions
     WHERE questions.project_id = CAST(:project AS INTEGER) AND questions.is_open
       AND NOT EXISTS (
         SELECT 1 FROM queries
         WHERE queries.participant_id = CAST(:participant AS INTEGER)
           AND queries.question_id = questions.id)
     ORDER BY questions.id LIMIT 1
-) AS open ON true
-""")
-
-_ISSUE_QUERY = """
-query AS (
-    INSERT INTO queries (project_id, question_id, session_id, participant_id, kind, o1, o2,
-        o3, status, is_repeat, token, issued_at, expires_at)
-    SELECT CAST(:project AS INTEGER), question.id, CAST(:session AS VARCHAR),
-        CAST(:participant AS INTEGER), CAST(:kind AS VARCHAR), CAST(:s1 AS INTEGER),
-        CAST(:s2 AS INTEGER), CAST(:s3 AS INTEGER), 'issued', false,
-        CAST(:token AS VARCHAR), CAST(:now AS TIMESTAMPTZ), CAST(:expires AS TIMESTAMPTZ)
-    FROM question
-    RETURNING id, question_id
-)
-SELECT query.id AS query_id, query.question_id, objects.index, objects.name, objects.text,
-    objects.image_url
-FROM query
-LEFT JOIN objects ON objects.project_id = CAST(:project AS INTEGER)
-    AND objects.index = ANY(CAST(:shown AS INTEGER[]))
 """
-
-# A new question (issuance._create_question, its first place taken), the plan's progress
-# (issuance._SAVE_PLAN_PROGRESS) and its query; no row if the project has the key already.
-ISSUE_NEW = text(
-    """
-WITH question AS (
+_NEW_QUESTION = """
     INSERT INTO questions (project_id, key, kind, o1, o2, o3, strategy, strategy_position,
         strategy_ref, gold_choice, wanted, live, answered, is_open, created_at)
     VALUES (CAST(:project AS INTEGER), CAST(:key AS VARCHAR), CAST(:kind AS VARCHAR),
@@ -177,24 +165,177 @@ WITH question AS (
         1, 0, CAST(:wanted AS INTEGER) > 1, CAST(:now AS TIMESTAMPTZ))
     ON CONFLICT (project_id, key) DO NOTHING
     RETURNING id
-),
-progress AS (
+"""
+_PROGRESS = """
     UPDATE projects SET plan_state = CAST(:state AS JSON), plan_step = CAST(:step AS INTEGER),
         updated_at = CAST(:now AS TIMESTAMPTZ)
     WHERE id = CAST(:project AS INTEGER)
-),
 """
-    + _ISSUE_QUERY
-)
-
-# An existing question, one more of its places leased (issuance.count_places), and its query.
-ISSUE_EXISTING = text(
-    """
-WITH question AS (
+# One more place of an open question leased (issuance.count_places).
+_LEASE = """
     UPDATE questions SET live = live + 1, is_open = answered + live + 1 < wanted
     WHERE id = CAST(:question AS BIGINT)
     RETURNING id
-),
 """
-    + _ISSUE_QUERY
+_QUERY = """
+    INSERT INTO queries (project_id, question_id, session_id, participant_id, kind, o1, o2,
+        o3, status, is_repeat, token, issued_at, expires_at)
+    SELECT CAST(:project AS INTEGER), question.id, CAST(:session AS VARCHAR),
+        CAST(:participant AS INTEGER), CAST(:kind AS VARCHAR), CAST(:s1 AS INTEGER),
+        CAST(:s2 AS INTEGER), CAST(:s3 AS INTEGER), 'issued', false,
+        CAST(:token AS VARCHAR), CAST(:now AS TIMESTAMPTZ), CAST(:expires AS TIMESTAMPTZ)
+    FROM {question}
+"""
+_OBJECT_COLUMNS = 'objects."index", objects.name, objects.text, objects.image_url'
+_OPEN_COLUMNS = "questions.id, questions.kind, questions.o1, questions.o2, questions.o3"
+
+# -- PostgreSQL: one statement per step ------------------------------------------------------
+
+_PG_ANSWER = f"""
+WITH claim AS ({_CLAIM}),
+place AS ({_PLACE} FROM claim WHERE questions.id = claim.question_id AND NOT claim.is_repeat),
+first AS ({_FIRST}),
+answer AS ({_ANSWER.format(server_ms=_SERVER_MS["postgresql"])}),
+stored AS ({_STORE_INTO} {_STORE} RETURNING id),
+session AS ({_SESSION} FROM stored WHERE sessions.id = CAST(:session AS VARCHAR)
+    {_SESSION_RETURNING}),
+counts AS ({_COUNTS} FROM answer, stored WHERE participants.id = CAST(:participant AS INTEGER)
+    {_COUNTS_RETURNING})
+SELECT session.answered AS session_answered, session.finished_at AS session_finished_at,
+    session.completion_code_hash AS session_code_hash, counts.*,
+    open.id AS q_id, open.kind AS q_kind, open.o1 AS q_o1, open.o2 AS q_o2, open.o3 AS q_o3
+FROM session CROSS JOIN counts
+LEFT JOIN LATERAL ({_OPEN.format(columns=_OPEN_COLUMNS)}) AS open ON true
+"""
+_PG_ISSUED = f"""
+query AS ({_QUERY.format(question="question")} RETURNING id, question_id)
+SELECT query.id AS query_id, query.question_id, {_OBJECT_COLUMNS}
+FROM query
+LEFT JOIN objects ON objects.project_id = CAST(:project AS INTEGER)
+    AND objects."index" = ANY(CAST(:shown AS INTEGER[]))
+"""
+_PG_ISSUE_NEW = f"""
+WITH question AS ({_NEW_QUESTION}),
+progress AS ({_PROGRESS}),
+{_PG_ISSUED}"""
+_PG_ISSUE_EXISTING = f"""
+WITH question AS ({_LEASE}),
+{_PG_ISSUED}"""
+
+# -- SQLite: the same parts, one statement per table written ---------------------------------
+
+_SQLITE_STORE = f"""
+{_STORE_INTO}
+WITH claim AS (SELECT id, question_id, kind, o1, o2, o3, is_repeat, issued_at FROM queries
+               WHERE id = :query),
+first AS ({_FIRST}),
+answer AS ({_ANSWER.format(server_ms=_SERVER_MS["sqlite"])})
+{_STORE}
+RETURNING id
+"""
+# What PostgreSQL reads in the answer's statement, read with the participant's counts.
+_SQLITE_COUNTS = f"""
+{_COUNTS}
+FROM (SELECT gold_correct, server_ms, position, consistent FROM answers WHERE id = :answer)
+    AS answer
+WHERE participants.id = :participant
+{_COUNTS_RETURNING},
+    ({_OPEN.format(columns=f"json_array({_OPEN_COLUMNS})")}) AS open_question
+"""
+_SQLITE_QUERY = f"""
+{_QUERY.format(question="(SELECT CAST(:question AS INTEGER) AS id) AS question")}
+RETURNING id AS query_id, question_id,
+    (SELECT json_group_array(json_array({_OBJECT_COLUMNS})) FROM objects
+     WHERE objects.project_id = :project AND objects."index" IN (:s1, :s2, :s3)) AS objects
+"""
+
+ANSWER = Statement(_PG_ANSWER, "")
+ISSUE_NEW = Statement(_PG_ISSUE_NEW, "")
+ISSUE_EXISTING = Statement(_PG_ISSUE_EXISTING, "")
+CLAIM = Statement(_CLAIM)
+PLACE = Statement(f"{_PLACE} WHERE questions.id = CAST(:question AS BIGINT)")
+STORE = Statement(None, _SQLITE_STORE)
+SESSION = Statement(
+    f"{_SESSION} WHERE sessions.id = CAST(:session AS VARCHAR) {_SESSION_RETURNING}"
 )
+COUNTS = Statement(None, _SQLITE_COUNTS)
+NEW_QUESTION = Statement(_NEW_QUESTION)
+PROGRESS = Statement(_PROGRESS)
+LEASE = Statement(_LEASE)
+QUERY = Statement(None, _SQLITE_QUERY)
+
+# -- the steps -------------------------------------------------------------------------------
+
+Answered = namedtuple(
+    "Answered",
+    "session_answered session_finished_at session_code_hash id flagged flag_reason "
+    "flag_manual n_answers gold_answers gold_correct fast_answers left_answers sided_answers "
+    "repeats consistent_repeats open_question",
+)
+"""What :func:`answer` changed and read: the session's count, end and code hash; the
+participant's counters and flags after the answer (what ``quality.review_counts`` reads);
+the open question (id, kind, o1, o2, o3), or None."""
+
+ShownObject = namedtuple("ShownObject", "index name text image_url")
+
+
+def answer(db: Session, params: dict[str, Any]) -> Answered | None:
+    """Store the answer to the session's query (``params``: token, session, now, choice,
+    project, participant, source, client_ms, min_ms, code_hash); None if the query was not
+    claimed (nothing changed). ``IntegrityError`` if another request stored it first."""
+    conn = db.connection()
+    params = bind(conn, params)
+    if conn.dialect.name == "postgresql":
+        row = first(conn, ANSWER, params)
+        if row is None:
+            return None
+        open_question = None if row.q_id is None else (row.q_id, *row[-4:])
+        return Answered(*row[:15], open_question)
+    claimed = first(conn, CLAIM, params)
+    if claimed is None:
+        return None
+    if not claimed.is_repeat:
+        run(conn, PLACE, {"question": claimed.question_id})
+    stored = first(conn, STORE, {**params, "query": claimed.id})
+    session = first(conn, SESSION, params)
+    counts = first(conn, COUNTS, {**params, "answer": stored.id})
+    open_question = None if counts.open_question is None else json.loads(counts.open_question)
+    return Answered(
+        session.answered,
+        timestamp(session.finished_at),
+        session.completion_code_hash,
+        *counts[:12],
+        open_question and tuple(open_question),
+    )
+
+
+def issue(
+    db: Session, params: dict[str, Any], shown: Sequence[int], *, new: bool
+) -> tuple[int, int, list[ShownObject]] | None:
+    """Issue a query: of a new question (``new``: created with its first place taken, and
+    the plan's progress saved; None if the project has its key already) or of an open one
+    (one more place leased). Returns the query's id, its question's and the objects shown,
+    in the order shown. ``params``: project, session, participant, kind, s1, s2, s3 (the
+    objects shown), token, now, expires; for a new question the columns of
+    ``_NEW_QUESTION``, state and step; else question."""
+    conn = db.connection()
+    params = bind(conn, params)
+    if conn.dialect.name == "postgresql":
+        statement = ISSUE_NEW if new else ISSUE_EXISTING
+        found = rows(conn, statement, {**params, "shown": list(shown)})
+        if not found:
+            return None
+        by_index = {row.index: ShownObject(*row[2:]) for row in found}
+        return found[0].query_id, found[0].question_id, [by_index[i] for i in shown]
+    if new:
+        created = first(conn, NEW_QUESTION, params)
+        if created is None:
+            return None
+        run(conn, PROGRESS, params)
+        question_id = created.id
+    else:
+        run(conn, LEASE, params)
+        question_id = params["question"]
+    query = first(conn, QUERY, {**params, "question": question_id})
+    by_index = {row[0]: ShownObject(*row) for row in json.loads(query.objects)}
+    return query.query_id, query.question_id, [by_index[i] for i in shown]

@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.config import get_settings
+from app.db import driver
 from app.db.models import Participant, Project, WorkSession
 from app.db.session import begin_write
 from app.errors import InvalidInput, NotFound, Unauthorized
@@ -174,17 +175,23 @@ def authenticate_session(db: Session, session_id: str, authorization: str | None
 
 # Built once (hot path: every question and answer): Session.get builds its SELECT anew.
 _SESSION = select(WorkSession).where(WorkSession.id == bindparam("session"))
-_SESSION_IN_PROJECT = (
-    select(WorkSession, Project)
-    .join(Project, Project.id == WorkSession.project_id)
-    .where(WorkSession.id == bindparam("session"))
-)
-
-
+# Every hot request starts with this (the first step of a round trip, see round_trip_sql),
+# run on the driver's cursor: the ORM's loading of two objects cost more than the statement.
+_SESSION_IN_PROJECT = f"""
+SELECT {driver.columns(WorkSession)}, {driver.columns(Project, "project__")}
+FROM sessions JOIN projects ON projects.id = sessions.project_id
+WHERE sessions.id = CAST(:session AS VARCHAR)
+"""
+_SESSION_IN_PROJECT_READ = driver.Statement(_SESSION_IN_PROJECT)
 # PostgreSQL: both rows locked as they are read, the session's then the project's (one
 # order for every transaction that takes both: no deadlock); a locked row is read as
 # committed last (READ COMMITTED re-reads it once the lock is granted), so both are current.
-_SESSION_IN_PROJECT_HELD = _SESSION_IN_PROJECT.with_for_update(of=[WorkSession, Project])
+# SQLite: the write lock, taken when the transaction began, holds them.
+_SESSION_IN_PROJECT_HELD = driver.Statement(
+    f"{_SESSION_IN_PROJECT} FOR UPDATE OF sessions, projects", _SESSION_IN_PROJECT
+)
+_N_SESSION_COLUMNS = len(WorkSession.__table__.columns)
+_PROJECT_PREFIX = len("project__")
 # Several sessions, locked in id order (PostgreSQL locks rows as the sort returns them).
 _SESSIONS_HELD = (
     select(WorkSession.id)
@@ -210,10 +217,18 @@ def authenticate_session_in_project(
     held already does it, on PostgreSQL the statement locks both rows.
     """
     token = _bearer(authorization)
-    statement = _SESSION_IN_PROJECT_HELD if hold else _SESSION_IN_PROJECT
-    row = db.execute(statement, {"session": session_id}).first()
-    work = _check_token(row[0] if row else None, session_id, token)
-    return work, row[1]
+    statement = _SESSION_IN_PROJECT_HELD if hold else _SESSION_IN_PROJECT_READ
+    db.flush()  # as the ORM's autoflush would: the rows read are loaded into their objects
+    connection = db.connection()
+    row = driver.first(connection, statement, {"session": session_id})
+    if row is None:
+        raise NotFound(f"no session {session_id!r}")
+    dialect = connection.dialect.name
+    values = row._asdict()
+    work_values = dict(list(values.items())[:_N_SESSION_COLUMNS])
+    project_values = {k[_PROJECT_PREFIX:]: v for k, v in values.items() if k not in work_values}
+    work = _check_token(driver.loaded(db, WorkSession, work_values, dialect), session_id, token)
+    return work, driver.loaded(db, Project, project_values, dialect)
 
 
 def _bearer(authorization: str | None) -> str:

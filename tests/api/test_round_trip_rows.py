@@ -1,6 +1,7 @@
 """What a worker's round trip stores, checked row by row against the rules, on both
-databases: on PostgreSQL the answer and the next question are each written by one statement
-(app/services/round_trip_sql.py) that computes in SQL what SQLite's path computes in Python."""
+databases: the answer and the next question are written by SQL that computes what the rules
+say (app/services/round_trip_sql.py), each step in one statement on PostgreSQL and in one
+per table on SQLite."""
 
 from __future__ import annotations
 
