@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from sqlalchemy import Row, bindparam, case, func, select, update
 from sqlalchemy.orm import Session
@@ -134,36 +133,6 @@ def review_participant(db: Session, project: Project, participant_id: int, plan:
 
 _participants = Participant.__table__
 _p = _participants.c
-# Built once (hot path: every answer). Each counter is the number of the participant's
-# answers that _figures counts from the answers table, kept up as answers arrive.
-_COUNT_ANSWER = (
-    update(_participants)
-    .where(_p.id == bindparam("participant"))
-    .values(
-        n_answers=_p.n_answers + 1,
-        gold_answers=_p.gold_answers + bindparam("gold", type_=_p.n_answers.type),
-        gold_correct=_p.gold_correct + bindparam("gold_ok", type_=_p.n_answers.type),
-        fast_answers=_p.fast_answers + bindparam("fast", type_=_p.n_answers.type),
-        left_answers=_p.left_answers + bindparam("left", type_=_p.n_answers.type),
-        sided_answers=_p.sided_answers + bindparam("sided", type_=_p.n_answers.type),
-        repeats=_p.repeats + bindparam("repeat", type_=_p.n_answers.type),
-        consistent_repeats=_p.consistent_repeats + bindparam("repeat_ok", type_=_p.n_answers.type),
-    )
-    .returning(
-        _p.id,
-        _p.flagged,
-        _p.flag_reason,
-        _p.flag_manual,
-        _p.n_answers,
-        _p.gold_answers,
-        _p.gold_correct,
-        _p.fast_answers,
-        _p.left_answers,
-        _p.sided_answers,
-        _p.repeats,
-        _p.consistent_repeats,
-    )
-)
 _SET_AUTOMATIC_FLAG = (
     update(_participants)
     .where(_p.id == bindparam("participant"), ~_p.flag_manual)
@@ -175,24 +144,6 @@ def min_answer_ms(project: Project) -> int:
     """The plan's threshold for too-fast answers (0 without a plan), read without validating
     the whole plan."""
     return int((project.plan or {}).get("min_answer_ms", 0) or 0)
-
-
-def count_answer(db: Session, participant_id: int, answer: dict[str, Any], min_ms: int) -> Row:
-    """Add a new answer (the values of its row) to its participant's counters; returns the
-    participant's counters and flags after it."""
-    elapsed = answer["client_ms"] if answer["client_ms"] is not None else answer["server_ms"]
-    position = answer["position"]
-    values = {
-        "participant": participant_id,
-        "gold": answer["gold_correct"] is not None,
-        "gold_ok": answer["gold_correct"] is True,
-        "fast": elapsed is not None and elapsed < min_ms,
-        "left": position == -1,
-        "sided": position in (-1, 1),
-        "repeat": answer["consistent"] is not None,
-        "repeat_ok": answer["consistent"] is True,
-    }
-    return db.execute(_COUNT_ANSWER, {k: int(v) for k, v in values.items()}).one()
 
 
 def quality_of(counts: Row, platform: str = "", external_id: str = "") -> ParticipantQuality:
@@ -219,7 +170,8 @@ def quality_of(counts: Row, platform: str = "", external_id: str = "") -> Partic
 
 
 def review_counts(db: Session, counts: Row, plan: Plan) -> None:
-    """:func:`review_participant` from the counters :func:`count_answer` returned: one row
+    """:func:`review_participant` from the counters the round trip returned (each the number of
+    the participant's answers that _figures counts, kept up in ``round_trip_sql``): one row
     read, not every answer; written only when the flag changes."""
     if counts.flag_manual:
         return

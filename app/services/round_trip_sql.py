@@ -122,8 +122,8 @@ _SESSION = """
 _SESSION_RETURNING = """
     RETURNING sessions.answered, sessions.finished_at, sessions.completion_code_hash
 """
-# The participant's quality counters (quality.count_answer's, in SQL), from the answer's
-# row (``answer``).
+# The participant's quality counters (each the number of answers quality._figures counts),
+# from the answer's row (``answer``).
 _COUNTS = """
     UPDATE participants SET n_answers = participants.n_answers + 1,
         gold_answers = participants.gold_answers
