@@ -19,7 +19,7 @@ from app.schemas.objects import (
     ObjectsPublic,
     ObjectUpdate,
 )
-from app.services import image_zip, upload_parsing
+from app.services import image_zip, imports, upload_parsing
 from app.services import objects as service
 
 _PUBLIC_LIST = TypeAdapter(list[ObjectPublic])
@@ -72,7 +72,8 @@ def _json(rows: list[dict]) -> bytes:
 def _created_json(rows: list[dict]) -> list[bytes]:
     """The items of the ``ObjectsCreated`` list, serialised a chunk at a time (one call over
     many objects would hold the interpreter lock, and so the event loop, for the whole of it)."""
-    return [_json(rows[i : i + 2000]) for i in range(0, len(rows), 2000)]
+    step = imports.CHUNK_ROWS
+    return [_json(rows[i : i + step]) for i in range(0, len(rows), step)]
 
 
 def _created(parts: list[bytes], count: int) -> Response:

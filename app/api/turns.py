@@ -31,7 +31,8 @@ from app.services import imports
 T = TypeVar("T")
 
 
-def _sqlite() -> bool:
+def sqlite_database() -> bool:
+    """Whether this process serves SQLite (one writer at a time)."""
     return get_settings().database_url.startswith("sqlite")
 
 
@@ -73,7 +74,7 @@ _turns: WeakKeyDictionary[asyncio.AbstractEventLoop, Turns] = WeakKeyDictionary(
 def _line() -> Turns:
     loop = asyncio.get_running_loop()
     if loop not in _turns:
-        _turns[loop] = Turns(1 if _sqlite() else 2)
+        _turns[loop] = Turns(1 if sqlite_database() else 2)
     return _turns[loop]
 
 
@@ -105,7 +106,7 @@ async def run_import(steps: imports.Steps[T]) -> T:
     try:
         while True:
             await _workers_first()
-            if writes and _sqlite():
+            if writes and sqlite_database():
                 done, value = await in_turn(imports.step, steps)
             else:
                 done, value = await to_thread.run_sync(imports.step, steps)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 from weakref import WeakKeyDictionary
 
 from fastapi import APIRouter, Depends, Request, status
@@ -14,8 +13,7 @@ from sqlalchemy.orm import Session
 
 from app.api.deps import SessionDep
 from app.api.ratelimit import check_worker_limits, limit_worker
-from app.api.turns import in_turn
-from app.config import get_settings
+from app.api.turns import in_turn, sqlite_database
 from app.db.models import Project, WorkSession
 from app.db.session import ensure_write
 from app.errors import AppError, NotFound
@@ -36,7 +34,6 @@ from app.services.projects import project_plan
 router = APIRouter(prefix="/api/w", tags=["worker"], dependencies=[Depends(limit_worker)])
 # The routes a worker calls for every question, matched before any other (app.main).
 session_router = APIRouter(prefix="/api/w", tags=["worker"])
-T = TypeVar("T")
 
 # Those routes (GET …/next, POST …/answers) check the rate limits and read the
 # Authorization header themselves: as a dependency and a Header parameter, FastAPI's
@@ -94,15 +91,10 @@ def create_session(project: ProjectDep, data: SessionCreate, db: SessionDep) -> 
     )
 
 
-async def _in_thread(function: Callable[..., T], *args: Any) -> T:
-    """The worker routes' database work, in its turn (see :mod:`app.api.turns`)."""
-    return await in_turn(function, *args)
-
-
 @session_router.get("/sessions/{session_id}/next", response_model=NextQuery, **HOT)
 async def read_next_query(session_id: str, db: SessionDep, request: Request) -> NextQuery:
     """The open question of the session (the same one until it is answered), or the end."""
-    return await _in_thread(_next_query, db, session_id, authorized(request))
+    return await in_turn(_next_query, db, session_id, authorized(request))
 
 
 def _next_query(db: Session, session_id: str, authorization: str | None) -> NextQuery:
@@ -172,7 +164,7 @@ async def create_answer(
     authorization = authorized(request)
     loop = asyncio.get_running_loop()
     if loop not in _groups:
-        _groups[loop] = AnswerGroups(get_settings().database_url.startswith("sqlite"))
+        _groups[loop] = AnswerGroups(sqlite_database())
     return await _groups[loop].record(db, (session_id, authorization, data))
 
 
@@ -195,7 +187,7 @@ class AnswerGroups:
     commit's WAL flush on PostgreSQL), but one wait for the disk serves the whole group: the
     wait, not the work, is what bounded answers per second (profiled: the commit was half of
     the serialised time of a round trip on SQLite). A group runs in one thread turn (see
-    :func:`_in_thread`) with the session of its first request, which awaits the group. On
+    :func:`app.api.turns.in_turn`) with the session of its first request, which awaits the group. On
     PostgreSQL a group holds one project's row only (two groups taking two projects in
     opposite orders could deadlock): answers of sessions whose project is not known yet go
     alone.
@@ -234,7 +226,7 @@ class AnswerGroups:
                 group = self._next_group()
                 answers = [p.answer for p in group]
                 try:
-                    results = await _in_thread(_record_group, group[0].db, answers)
+                    results = await in_turn(_record_group, group[0].db, answers)
                 except Exception as error:  # e.g. the database is unreachable: all learn it
                     results = [(error, None)] * len(group)
                 if len(self.project_of) > 100_000:
