@@ -95,9 +95,15 @@ def _cursor(connection: Connection, statement: Statement, params: dict[str, Any]
     else:
         cursor = connection.connection.cursor()
         values = bind(connection, params)
-    # SQLAlchemy's own way to run a text on a cursor: listeners, logging, its exceptions.
-    connection._cursor_execute(cursor, statement.text(dialect), values)
+    execute(connection, cursor, statement.text(dialect), values)
     return cursor
+
+
+def execute(connection: Connection, cursor: Any, sql: str, values: Any = ()) -> None:
+    """``sql`` on the driver's ``cursor`` of ``connection``, as SQLAlchemy runs a text on a
+    cursor: its listeners, logging and exceptions (the one use of its private
+    ``Connection._cursor_execute``)."""
+    connection._cursor_execute(cursor, sql, values)
 
 
 def run(connection: Connection, statement: Statement, params: dict[str, Any]) -> None:

@@ -10,6 +10,8 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.db.driver import execute
+
 
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite gets WAL, foreign keys and real transactions."""
@@ -61,10 +63,10 @@ def make_engine(url: str) -> Engine:
 
 
 def _run(connection: Connection, sql: str) -> None:
-    """Run ``sql`` on the driver's cursor, as app.db.driver does (every transaction begins
-    here: ``exec_driver_sql`` cost more than SQLite takes to begin, profiled)."""
+    """Run ``sql`` on the driver's cursor (every transaction begins here:
+    ``exec_driver_sql`` cost more than SQLite takes to begin, profiled)."""
     cursor = connection.connection.cursor()
-    connection._cursor_execute(cursor, sql, ())
+    execute(connection, cursor, sql)
     cursor.close()
 
 
