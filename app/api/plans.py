@@ -10,7 +10,7 @@ from app.api.deps import OwnedProject, SessionDep, SettingsDep
 from app.errors import NotFound
 from app.schemas.plans import Plan, WorkerLinks
 from app.services.comprf import forget_forests, initial_plan_state, plan_progress
-from app.services.issuance import check_plan
+from app.services.issuance import check_plan, discard_unasked
 from app.services.projects import lock_project
 
 router = APIRouter(prefix="/api/projects/{slug}", tags=["plans"])
@@ -18,9 +18,11 @@ router = APIRouter(prefix="/api/projects/{slug}", tags=["plans"])
 
 @router.put("/plan", response_model=Plan)
 def update_plan(project: OwnedProject, plan: Plan, db: SessionDep) -> Plan:
-    """Set what to collect. Questions already issued stay valid; budgets count afresh."""
+    """Set what to collect. Questions already issued stay valid; budgets count afresh; the
+    questions prepared for the old plan and never asked are dropped."""
     check_plan(project, plan)
     lock_project(db, project)
+    discard_unasked(db, project)
     state = initial_plan_state(db, project, plan)  # comprf: the objects its trees are built on
     project.plan = plan.model_dump(mode="json")
     project.plan_state = state

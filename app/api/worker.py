@@ -16,7 +16,7 @@ from app.api.ratelimit import check_worker_limits, limit_worker
 from app.api.turns import in_turn, sqlite_database
 from app.db.models import Project, WorkSession
 from app.db.session import ensure_write
-from app.errors import AppError, NotFound
+from app.errors import NotFound
 from app.schemas.worker import (
     AnswerCreate,
     AnswerRecorded,
@@ -161,11 +161,15 @@ async def create_answer(
     The reply carries the session's next question as ``next`` (what ``GET …/next`` would
     give), so a worker needs one request per question.
     """
-    authorization = authorized(request)
+    answer = (session_id, authorized(request), data)
+    if not sqlite_database():
+        # PostgreSQL runs round trips side by side and flushes the commits that wait
+        # together at once: no group of its own (see AnswerGroups).
+        return await in_turn(_record_alone, db, answer)
     loop = asyncio.get_running_loop()
     if loop not in _groups:
-        _groups[loop] = AnswerGroups(sqlite_database())
-    return await _groups[loop].record(db, (session_id, authorization, data))
+        _groups[loop] = AnswerGroups()
+    return await _groups[loop].record(db, answer)
 
 
 Answer = tuple[str, str | None, AnswerCreate]  # session id, authorization, the answer
@@ -180,23 +184,20 @@ class _Pending:
 
 
 class AnswerGroups:
-    """Group commit: the answers that arrive while a transaction waits for the disk are
-    recorded together in the next one, each in its own savepoint, and committed once.
+    """Group commit on SQLite: the answers that arrive while a transaction waits for the
+    disk are recorded together in the next one, each in its own savepoint, and committed
+    once.
 
-    Every answer is committed, durably, before its reply (``synchronous=FULL`` on SQLite, the
-    commit's WAL flush on PostgreSQL), but one wait for the disk serves the whole group: the
-    wait, not the work, is what bounded answers per second (profiled: the commit was half of
-    the serialised time of a round trip on SQLite). A group runs in one thread turn (see
-    :func:`app.api.turns.in_turn`) with the session of its first request, which awaits the group. On
-    PostgreSQL a group holds one project's row only (two groups taking two projects in
-    opposite orders could deadlock): answers of sessions whose project is not known yet go
-    alone.
+    Every answer is committed, durably, before its reply (``synchronous=FULL``), but one
+    wait for the disk serves the whole group: the wait, not the work, is what bounded
+    answers per second (profiled: the commit was half of the serialised time of a round
+    trip on SQLite, whose one writer at a time cannot overlap them). A group runs in one
+    thread turn (see :func:`app.api.turns.in_turn`) with the session of its first request,
+    which awaits the group.
     """
 
-    def __init__(self, any_project: bool) -> None:
-        self.any_project = any_project  # SQLite: the write lock holds every project at once
+    def __init__(self) -> None:
         self.pending: list[_Pending] = []
-        self.project_of: dict[str, int] = {}  # session id -> project id
         self.task: asyncio.Task[None] | None = None
 
     async def record(self, db: Session, answer: Answer) -> AnswerRecorded:
@@ -206,34 +207,17 @@ class AnswerGroups:
             self.task = asyncio.create_task(self._drain())
         return await future
 
-    def _next_group(self) -> list[_Pending]:
-        if self.any_project:
-            group, self.pending = self.pending[:MAX_GROUP], self.pending[MAX_GROUP:]
-            return group
-        project = self.project_of.get(self.pending[0].answer[0])
-        group = [self.pending[0]]
-        if project is not None:
-            group = [p for p in self.pending if self.project_of.get(p.answer[0]) == project]
-            group = group[:MAX_GROUP]
-        chosen = {id(p) for p in group}
-        self.pending = [p for p in self.pending if id(p) not in chosen]
-        return group
-
     async def _drain(self) -> None:
         group: list[_Pending] = []
         try:
             while self.pending:
-                group = self._next_group()
+                group, self.pending = self.pending[:MAX_GROUP], self.pending[MAX_GROUP:]
                 answers = [p.answer for p in group]
                 try:
                     results = await in_turn(_record_group, group[0].db, answers)
                 except Exception as error:  # e.g. the database is unreachable: all learn it
-                    results = [(error, None)] * len(group)
-                if len(self.project_of) > 100_000:
-                    self.project_of.clear()
-                for pending, (result, project_id) in zip(group, results, strict=True):
-                    if project_id is not None:
-                        self.project_of[pending.answer[0]] = project_id
+                    results = [error] * len(group)
+                for pending, result in zip(group, results, strict=True):
                     if pending.future.done():
                         continue
                     if isinstance(result, BaseException):
@@ -250,66 +234,56 @@ class AnswerGroups:
 
 
 _groups: WeakKeyDictionary[asyncio.AbstractEventLoop, AnswerGroups] = WeakKeyDictionary()
-Result = tuple[AnswerRecorded | Exception, int | None]  # the reply or the error; the project
+Result = AnswerRecorded | Exception  # the reply or the error
 
 
 def _record_group(db: Session, answers: list[Answer]) -> list[Result]:
-    """Record ``answers`` in one transaction; see :class:`AnswerGroups`.
-
-    On SQLite each answer runs in a savepoint, undone alone if it fails. On PostgreSQL
-    savepoints would cost two statements per answer, made while the project is held, so
-    there are none: an answer refused for bad input (an ``AppError``) was refused before
-    it wrote anything (see :func:`responses.wrote`) and the others go on; any other
-    failure rolls the group back, and each answer is then recorded alone.
-    """
+    """Record ``answers`` in one transaction, each in a savepoint, undone alone if it fails;
+    see :class:`AnswerGroups`."""
     if len(answers) == 1:
-        return [_record_alone(db, answers[0])]
+        return [_record_or_error(db, answers[0])]
     ensure_write(db, durable=True)
     transaction = db.get_transaction()
-    savepoints = db.get_bind().dialect.name != "postgresql"
-    if not savepoints:
-        # Every transaction locks sessions before their project (GET …/next, an answer,
-        # deletion). A group that locked its project with its first answer and then waited
-        # for a later answer's session, held by a GET …/next waiting for that project,
-        # would deadlock: it takes all its sessions first, in one order.
-        sessions.hold_sessions(db, {answer[0] for answer in answers})
     results: list[Result] = []
     for session_id, authorization, data in answers:
-        savepoint = db.begin_nested() if savepoints else None
+        savepoint = db.begin_nested()
         try:
             work, project, issued = responses.answer_and_next(
                 db, session_id, authorization, data.token, data.choice, data.client_ms,
                 commit=False,
             )  # fmt: skip
-            result: Result = (_recorded(db, work, project, issued), project.id)
-            if savepoint is not None:
-                savepoint.commit()
+            result: Result = _recorded(db, work, project, issued)
+            savepoint.commit()
         except Exception as error:
             if db.get_transaction() is not transaction:
                 break  # rolled back with the others' answers: record each alone
-            if savepoint is not None:
-                savepoint.rollback()
-            elif not isinstance(error, AppError) or responses.wrote(db):
-                break  # what it wrote cannot be undone alone: record each alone
-            result = (error, None)
+            savepoint.rollback()
+            result = error
         results.append(result)
     else:
         db.commit()
         return results
     db.rollback()
-    return [_record_alone(db, answer) for answer in answers]
+    return [_record_or_error(db, answer) for answer in answers]
 
 
-def _record_alone(db: Session, answer: Answer) -> Result:
+def _record_or_error(db: Session, answer: Answer) -> Result:
+    try:
+        return _record_alone(db, answer)
+    except Exception as error:
+        return error
+
+
+def _record_alone(db: Session, answer: Answer) -> AnswerRecorded:
     session_id, authorization, data = answer
     try:
         work, project, issued = responses.answer_and_next(
             db, session_id, authorization, data.token, data.choice, data.client_ms
         )
-        return _recorded(db, work, project, issued), project.id
-    except Exception as error:
+    except Exception:
         db.rollback()
-        return error, None
+        raise
+    return _recorded(db, work, project, issued)
 
 
 def _recorded(

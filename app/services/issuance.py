@@ -1,14 +1,20 @@
 """Which question a worker sees next: leases, redundancy, repeats, and the plan's strategies.
 
-Issuing for a project happens under that project's row lock (and SQLite's write lock),
-so two sessions never take the same last question and budgets are never overrun.
+The plan's questions are created ahead, a batch at a time, by :func:`fill_pool` under the
+project's hold (its row lock on PostgreSQL, the write lock on SQLite), so budgets are never
+overrun and the plan's progress is saved once per batch. Issuing holds only the session and
+its participant: it claims an open question this participant has not seen (on PostgreSQL
+passing over those being claimed by other round trips, see ``round_trip_sql``) and leases
+one place of it, so no question is over-issued and the workers of one project do not wait
+for each other. Only when no question is open for the participant does it fill the pool:
+in the same transaction on SQLite, in one of its own on PostgreSQL (which takes the
+project's row first: the round trip's locks are never held while waiting for it).
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-import time
 from collections import Counter, namedtuple
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import numpy as np
-from sqlalchemy import Row, bindparam, exists, func, insert, select, update
+from sqlalchemy import Row, bindparam, delete, exists, func, insert, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -28,14 +34,17 @@ from app.db.session import ensure_write
 from app.errors import InvalidInput
 from app.schemas.plans import Plan
 from app.services import round_trip_sql
-from app.services.comprf import prepared_planner, waiting_for_answers
+from app.services.comprf import KIND as COMPRF
+from app.services.comprf import comprf_positions, prepared_planner, waiting_for_answers
 from app.services.sessions import (
     authenticate_session_in_project,
     completion_code,
     completion_code_hash,
 )
 
-MAX_PROPOSALS = 100  # proposals tried per issue before the plan counts as exhausted
+MAX_PROPOSALS = 100  # proposals tried per fill beyond its batch before it gives up
+POOL_BATCH = 32  # questions a fill creates at once: a project's round trips fill 1 in 32
+FILL_ATTEMPTS = 5  # fills a request tries before it asks the worker to come back
 MIN_ANSWERS_BEFORE_REPEAT = 3
 EXHAUSTED_MESSAGE = "This study has collected all the answers it needs. Thank you!"
 WAITING_MESSAGE = (
@@ -63,6 +72,7 @@ class Issued:
     message: str = ""
     objects: Sequence[Any] = ()  # the query's objects in the order shown: rows of (index,
     # name, text, image_url)
+    fill_first: bool = False  # no open question for the session: fill the pool and ask again
 
 
 @dataclass
@@ -124,18 +134,6 @@ _SHOWN_OBJECTS = select(
     _objects.c.project_id == bindparam("project"),
     _objects.c.index.in_(bindparam("indices", expanding=True)),
 )
-_SEEN = exists().where(
-    _queries.c.participant_id == bindparam("participant"), _queries.c.question_id == _q.id
-)
-_OPEN_QUESTION = (
-    select(_questions)
-    .where(_q.project_id == bindparam("project"), _q.is_open, ~_SEEN)
-    .order_by(_q.id)
-    .limit(1)
-)
-_QUESTION_BY_KEY = select(_questions).where(
-    _q.project_id == bindparam("project"), _q.key == bindparam("key")
-)
 # Questions this session answered (not gold, not yet repeated), in id order.
 _REPEAT_CANDIDATES = (
     select(_questions)
@@ -153,12 +151,6 @@ _REPEAT_CANDIDATES = (
 )
 _COUNT_REPEAT_CANDIDATES = select(func.count()).select_from(_REPEAT_CANDIDATES.subquery())
 _REPEAT_CANDIDATE = _REPEAT_CANDIDATES.order_by(_q.id).limit(1).offset(bindparam("pick"))
-_SEEN_QUESTION = select(
-    exists().where(
-        Query.participant_id == bindparam("participant"),
-        Query.question_id == bindparam("question"),
-    )
-)
 
 
 def open_query(db: Session, work: WorkSession) -> Query | None:
@@ -177,17 +169,24 @@ def _detached(cls: type[M], row: Row | None) -> M | None:
 def next_for_session(
     db: Session, session_id: str, authorization: str | None
 ) -> tuple[WorkSession, Project, Issued]:
-    """Authenticate the session and give its next question, in one writing transaction.
+    """Authenticate the session and give its next question, in one writing transaction (and,
+    on PostgreSQL when no question is open for it, after a fill of the pool in another).
 
     Most calls issue a question, so the transaction takes the write lock before its first
     read: on SQLite what it reads is then current and no read transaction has to end first;
-    on PostgreSQL the session's and the project's rows are locked as they are read.
+    on PostgreSQL the session's and its participant's rows are locked as they are read.
     """
-    ensure_write(db)
-    work, project = authenticate_session_in_project(db, session_id, authorization, hold=True)
-    issued = next_query(db, project, work)
-    db.commit()
-    return work, project, issued
+    exhausted = False
+    for _ in range(FILL_ATTEMPTS):
+        ensure_write(db)
+        work, project = authenticate_session_in_project(db, session_id, authorization, hold=True)
+        held = hold_for_issuing(db, project)
+        issued = next_query(db, project, work, exhausted=exhausted, held=held)
+        db.commit()
+        if not issued.fill_first:
+            return work, project, issued
+        exhausted = not fill_pool_alone(db, project, work)
+    return work, project, Issued(None, done=True, message=WAITING_MESSAGE)
 
 
 def next_query(
@@ -196,19 +195,20 @@ def next_query(
     work: WorkSession,
     *,
     none_open: bool = False,
-    expire_every: float = 0.0,
     prefetched: Prefetched | None = None,
+    exhausted: bool = False,
+    held: bool = False,
 ) -> Issued:
     """The session's open question, or a newly issued one, or the end of the session.
 
-    The transaction must already hold ``project`` and have read ``work`` and ``project``
-    since (``authenticate_session_in_project(hold=True)``): issuing is serialised per project
-    by that hold, on SQLite by the write lock taken before the first read.
-    ``none_open``: the session is known to hold no open question. ``expire_every``: free
-    expired leases of the project only if this process has not in that many seconds (leases
-    last minutes; one statement less per question). ``prefetched``: read under the same
-    hold, so still true unless leases are freed or a comprf strategy closes questions first.
-    The caller commits (the question issued is only valid once committed).
+    The transaction must already hold ``work`` and its participant and have read ``project``
+    since (``authenticate_session_in_project(hold=True)``). ``none_open``: the session is
+    known to hold no open question. ``prefetched``: the open question claimed under the
+    same hold. ``held``: the transaction holds the project (:func:`hold_for_issuing`). When
+    no question is open for the participant, the pool is filled here if it does, else the
+    result asks the caller to do it in a transaction of its own (``fill_first``);
+    ``exhausted``: that fill found the plan has nothing more for this participant. The
+    caller commits (the question issued is only valid once committed).
     """
     if work.finished_at is not None:
         return Issued(None, done=True)
@@ -222,9 +222,6 @@ def next_query(
         finish_session(db, work)
         return Issued(None, done=True)
     now = utcnow()
-    due = not expire_every or time.monotonic() - _expired_at.get(project.id, -1e9) > expire_every
-    if due and expire_leases(db, project, now):
-        prefetched = None  # a freed question may come before the one read
     plan = Plan.model_validate(project.plan)
     rng = np.random.default_rng([plan.seed, _session_number(work.id), work.answered, 7])
     question: Question | OpenQuestion | None
@@ -233,19 +230,22 @@ def next_query(
     # draws are the same whichever way the question is found and issued.
     mirrored = is_repeat and question is not None and question.kind == "triplet"
     swap = False if mirrored else bool(rng.random() < 0.5)
-    learning = prepared_planner(db, project, plan)  # comprf: its trees, current; else None
-    if learning is not None:
+    learning = None
+    if comprf_positions(plan):
+        if not held:  # the plan changed since the hold was decided: start again
+            return Issued(None, fill_first=True)
+        learning = prepared_planner(db, project, plan)  # comprf: its trees, current
         prefetched = None  # preparing may have closed questions
     if question is None and prefetched is not None:
         question = prefetched.open_question
     elif question is None:
         question = _open_question(db, project, work)
-    if question is None:
-        # The new question is issued by the step that creates it.
-        issue_new = _IssueNew(db, project, work, swap, now)
-        question, issued = _new_question(db, project, work, plan, learning, issue_new)
-        if issued is not None:
-            return issued
+    if question is None and not exhausted:
+        if not held:
+            return Issued(None, fill_first=True)
+        batch = 1 if learning is not None else POOL_BATCH  # comprf: asked as answers come
+        if fill_pool(db, project, work, learning, batch):
+            question = _open_question(db, project, work)
     if question is None and waiting_for_answers(learning):  # comprf: the session goes on
         return Issued(None, done=True, message=WAITING_MESSAGE)
     if question is None:
@@ -261,12 +261,114 @@ def next_query(
     return Issued(query, objects=objects)
 
 
-_expired_at: dict[int, float] = {}  # project id -> when this process last freed its leases
+def hold_for_issuing(db: Session, project: Project) -> bool:
+    """Hold the project now, before the round trip locks any question, where issuing needs
+    it: always on SQLite (its write lock is held already), and for a plan with a comprf
+    strategy (its trees are brought up to date under the project's hold, which closes
+    questions: a round trip holding a question's row while waiting for the project could
+    deadlock with it). Whether the transaction holds the project."""
+    if db.get_bind().dialect.name == "sqlite":
+        return True
+    strategies = (project.plan or {}).get("strategies") or []
+    if any(spec.get("kind") == COMPRF for spec in strategies):
+        hold_project(db, project)
+        return True
+    return False
+
+
+def hold_project(db: Session, project: Project) -> None:
+    """Lock ``project``'s row for the rest of the transaction, its plan's progress re-read
+    (the round trip read it before the lock); see ``projects.lock_project``."""
+    db.refresh(project, with_for_update={"key_share": True})
+
+
+def fill_pool_alone(db: Session, project: Project, work: WorkSession) -> bool:
+    """:func:`fill_pool` in a transaction of its own, which takes the project's row before
+    any other (PostgreSQL: the round trip holds rows that the fill's freeing of leases may
+    wait for, so it must not wait for the project while holding them)."""
+    ensure_write(db)
+    hold_project(db, project)
+    available = fill_pool(db, project, work)
+    db.commit()
+    return available
+
+
+def fill_pool(
+    db: Session,
+    project: Project,
+    work: WorkSession,
+    planner: Planner | None = None,
+    batch: int = POOL_BATCH,
+) -> bool:
+    """Free the project's expired leases and, if no question is open that ``work``'s
+    participant has not seen, let the plan create up to ``batch`` new ones (open, no place
+    taken: issuing takes them). Whether such a question is open now.
+
+    The transaction must hold the project (:func:`hold_project`; SQLite's write lock).
+    """
+    expire_leases(db, project, utcnow())
+    if _open_question(db, project, work) is not None:
+        return True
+    plan = Plan.model_validate(project.plan)
+    planner = planner or planner_for(project, plan)
+    state: dict[str, Any] = project.plan_state or planner.initial_state()
+    step = project.plan_step
+    created = 0
+    for _ in range(batch + MAX_PROPOSALS):
+        proposed = planner.propose(state, step)
+        step += 1
+        if proposed is None:
+            break
+        position, proposal = proposed
+        values = _question_values(project, proposal, position, planner, plan)
+        if round_trip_sql.new_question(db, values) is None:
+            continue  # the project has it already: closed, or seen by this participant
+        created += 1
+        if position >= 0:
+            state = {**state, "created": [*state["created"]]}
+            state["created"][position] += 1
+        if created == batch:
+            break
+    db.execute(_SAVE_PLAN_PROGRESS, {"project": project.id, "state": state, "step": step})
+    set_committed_value(project, "plan_state", state)
+    set_committed_value(project, "plan_step", step)
+    return created > 0
+
+
+_UNASKED = (
+    delete(_questions)
+    .where(
+        _q.project_id == bindparam("project"),
+        _q.live == 0,
+        _q.answered == 0,
+        ~exists().where(_queries.c.question_id == _q.id),
+    )
+    .returning(_q.strategy_position)
+)
+
+
+def discard_unasked(db: Session, project: Project, position: int | None = None) -> int:
+    """Delete the questions of the pool no one was ever given (of the strategy at
+    ``position``, or all): when the plan changes, or a strategy's proposals do (an adaptive
+    strategy's new batch), they would be asked in place of its new ones. Their places in
+    the budget are given back. The caller holds the project (:func:`hold_project`); how
+    many were discarded."""
+    statement = _UNASKED
+    if position is not None:
+        statement = statement.where(_q.strategy_position == position)
+    positions = db.scalars(statement, {"project": project.id}).all()
+    state = project.plan_state
+    if positions and state and "created" in state:
+        created = [*state["created"]]
+        for at, count in Counter(positions).items():
+            if 0 <= at < len(created):
+                created[at] = max(created[at] - count, 0)
+        project.plan_state = {**state, "created": created}
+    return len(positions)
 
 
 def expire_leases(db: Session, project: Project, now: datetime) -> int:
     """Free the questions whose lease ran out, so someone else may be asked; how many."""
-    _expired_at[project.id] = time.monotonic()
     expired = db.execute(_EXPIRE_LEASES, {"project": project.id, "now": now}).all()
     # Repeats never held a place among a question's wanted answers.
     freed = Counter(question_id for question_id, is_repeat in expired if not is_repeat)
@@ -315,75 +417,23 @@ def _repeat_question(
     return _detached(Question, row), True
 
 
-def _open_question(db: Session, project: Project, work: WorkSession) -> Question | None:
-    """A question that still needs answers and that this participant has not seen."""
-    row = db.execute(
-        _OPEN_QUESTION, {"project": project.id, "participant": work.participant_id}
-    ).first()
-    return _detached(Question, row)
-
-
-def _new_question(
-    db: Session,
-    project: Project,
-    work: WorkSession,
-    plan: Plan,
-    planner: Planner | None,
-    issue_new: _IssueNew,
-) -> tuple[Question | None, Issued | None]:
-    """Ask the plan's strategies for a question this participant has not seen: an existing
-    one, or the query ``issue_new`` issued with the question it created (its first place
-    taken, see :func:`_question_values`)."""
-    planner = planner or planner_for(project, plan)
-    state: dict[str, Any] = project.plan_state or planner.initial_state()
-    step = project.plan_step
-    saved = False  # the progress is saved by the statement that issued the question
-    try:
-        for _ in range(MAX_PROPOSALS):
-            proposed = planner.propose(state, step)
-            step += 1
-            if proposed is None:
-                return None, None
-            position, proposal = proposed
-            values = _question_values(project, proposal, position, planner, plan)
-            if_created = state
-            if position >= 0:
-                if_created = {**state, "created": [*state["created"]]}
-                if_created["created"][position] += 1
-            # Usually a new question: created and issued in one step, unless its key exists.
-            issued = issue_new(values, if_created, step)
-            if issued is not None:
-                state, saved = if_created, True
-                return None, issued
-            existing = _detached(
-                Question,
-                db.execute(_QUESTION_BY_KEY, {"project": project.id, "key": proposal.key}).first(),
-            )
-            assert existing is not None  # the insert found it; issuing holds the project
-            seen = db.scalar(
-                _SEEN_QUESTION, {"participant": work.participant_id, "question": existing.id}
-            )
-            if existing.is_open and not seen:
-                return existing, None
-        return None, None
-    finally:
-        if not saved:
-            db.execute(_SAVE_PLAN_PROGRESS, {"project": project.id, "state": state, "step": step})
-        set_committed_value(project, "plan_state", state)
-        set_committed_value(project, "plan_step", step)
+def _open_question(db: Session, project: Project, work: WorkSession) -> OpenQuestion | None:
+    """A question that still needs answers and that this participant has not seen, claimed
+    by this transaction (see round_trip_sql)."""
+    row = round_trip_sql.open_question(db, project.id, work.participant_id)
+    return None if row is None else OpenQuestion(*row)
 
 
 def _question_values(
     project: Project, proposal: Proposal, position: int, planner: Planner, plan: Plan
 ) -> dict[str, Any]:
-    """The row of the question of ``proposal``, as created for the session about to be asked
-    it: its first place is taken at once, which saves the count update that issuing an
-    existing question needs."""
+    """The row of the question of ``proposal`` (the parameters of ``round_trip_sql``'s
+    ``_NEW_QUESTION``)."""
     strategy = planner.planned[position].strategy if position >= 0 else planner.gold_source
     wanted = strategy.answers_wanted(proposal, plan.redundancy) if strategy is not None else 1
     objects = [*proposal.objects, None][:3]
     return {
-        "project_id": project.id,
+        "project": project.id,
         "key": proposal.key,
         "kind": proposal.kind,
         "o1": objects[0],
@@ -391,13 +441,10 @@ def _question_values(
         "o3": objects[2],
         "strategy": proposal.strategy,
         "strategy_position": position,
-        "strategy_ref": proposal.ref or None,
+        "strategy_ref": _json(proposal.ref or None),
         "gold_choice": proposal.gold_choice,
         "wanted": wanted,
-        "live": 1,
-        "answered": 0,
-        "is_open": wanted > 1,  # answered + live < wanted
-        "created_at": utcnow(),
+        "now": utcnow(),
     }
 
 
@@ -455,30 +502,6 @@ def _issue_repeat(
     return Query(**values)
 
 
-class _IssueNew:
-    """Create a proposed question (its first place taken), save the plan's progress and
-    issue the query, in one step (round_trip_sql.issue); None if the project has the
-    question already."""
-
-    def __init__(
-        self, db: Session, project: Project, work: WorkSession, swap: bool, now: datetime
-    ) -> None:
-        self.db, self.project, self.work, self.swap, self.now = db, project, work, swap, now
-
-    def __call__(self, values: dict[str, Any], state: dict[str, Any], step: int) -> Issued | None:
-        shown = _shown(values["kind"], values["o1"], values["o2"], values["o3"], self.swap)
-        query = _query_values(
-            self.project, self.work, {**values, "id": None}, shown, False, self.now
-        )
-        params = {
-            **values,
-            "strategy_ref": _json(values["strategy_ref"]),
-            "state": _json(state),
-            "step": step,
-        }
-        return _issue_query(self.db, params, query, new=True)
-
-
 def _issue_existing(
     db: Session,
     project: Project,
@@ -487,23 +510,14 @@ def _issue_existing(
     swap: bool,
     now: datetime,
 ) -> Issued:
-    """Lease one more place of ``question`` and issue its query, in one step
-    (round_trip_sql.issue)."""
+    """Lease one more place of ``question``, claimed by this transaction, and issue its
+    query, in one step (round_trip_sql.issue)."""
     shown = _shown(question.kind, question.o1, question.o2, question.o3, swap)
     query = _query_values(project, work, question, shown, False, now)
-    issued = _issue_query(db, {"question": question.id}, query, new=False)
-    assert issued is not None  # the question exists: issuing holds the project
-    return issued
-
-
-def _issue_query(
-    db: Session, params: dict[str, Any], query: dict[str, Any], *, new: bool
-) -> Issued | None:
-    shown = [i for i in (query["o1"], query["o2"], query["o3"]) if i is not None]
-    issued = round_trip_sql.issue(
+    query["id"], query["question_id"], objects = round_trip_sql.issue(
         db,
         {
-            **params,
+            "question": question.id,
             "project": query["project_id"],
             "session": query["session_id"],
             "participant": query["participant_id"],
@@ -515,12 +529,8 @@ def _issue_query(
             "now": query["issued_at"],
             "expires": query["expires_at"],
         },
-        shown,
-        new=new,
+        [i for i in shown if i is not None],
     )
-    if issued is None:
-        return None
-    query["id"], query["question_id"], objects = issued
     return Issued(IssuedQuery(**query), objects=objects)
 
 

@@ -34,7 +34,7 @@ def get_project(
     """The project ``slug`` as seen by ``key``; a researcher's others' projects do not exist."""
     statement = select(Project).where(Project.slug == slug)
     if lock:
-        statement = statement.with_for_update()
+        statement = statement.with_for_update(key_share=True)  # see lock_project
     project = db.scalar(statement)
     if project is None or (key is not None and key.role != "admin" and project.owner_id != key.id):
         raise NotFound(f"no project with slug {slug!r}")
@@ -43,9 +43,13 @@ def get_project(
 
 def lock_project(db: Session, project: Project, *, durable: bool = False) -> Project:
     """Start a writing transaction holding ``project``'s row, refreshed, until commit
-    (``durable``: see :func:`app.db.session.begin_write`)."""
+    (``durable``: see :func:`app.db.session.begin_write`).
+
+    PostgreSQL: ``FOR NO KEY UPDATE``, which serialises the project's holders but not the
+    rows that refer to it (a worker's answer checks its foreign key with ``FOR KEY SHARE``):
+    the round trips go on while a project is held (see ``round_trip_sql``)."""
     begin_write(db, durable=durable)
-    db.refresh(project, with_for_update=True)
+    db.refresh(project, with_for_update={"key_share": True})
     return project
 
 

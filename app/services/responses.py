@@ -18,6 +18,7 @@ from app.services.issuance import (
     Issued,
     OpenQuestion,
     Prefetched,
+    hold_for_issuing,
     next_for_session,
     next_query,
 )
@@ -30,17 +31,7 @@ from app.services.sessions import (
 )
 
 QUALITY_REVIEW_EVERY = 5
-EXPIRE_LEASES_EVERY = 1.0  # seconds; answering frees expired leases at most this often
 MAX_CLIENT_MS = 24 * 3600 * 1000
-
-
-_WROTE = "answer_wrote"
-
-
-def wrote(db: Session) -> bool:
-    """Whether the latest :func:`answer_and_next` on ``db`` may have written anything (it
-    writes nothing before it stores the answer, and nothing if the answer is refused)."""
-    return bool(db.info.get(_WROTE, True))
 
 
 class Gone(AppError):
@@ -64,20 +55,22 @@ def answer_and_next(
     """Record the session's answer and give its next question, in one durable transaction.
 
     One request per question: the answer's reply carries the next question. The transaction
-    holds the project from its start (SQLite: the write lock; PostgreSQL: the project's row,
-    locked before any other row, the order issuing takes them in), so answering and issuing
-    are serialised per project and the answer is committed, durably, with the issue.
-    ``commit=False`` leaves the commit to the caller, who may record other answers in the
-    same transaction first (group commit: one wait for the disk for them all).
+    holds the session and its participant from its start (SQLite: the write lock;
+    PostgreSQL: their rows), so answering and issuing are serialised per participant, and
+    the answer is committed, durably, with the issue. When no question is open for the
+    participant on PostgreSQL, the answer is committed first and the pool filled in
+    transactions of their own (see ``issuance.next_for_session``).
+    ``commit=False`` (SQLite only) leaves the commit to the caller, who may record other
+    answers in the same transaction first (group commit: one wait for the disk for them
+    all).
     """
     ensure_write(db, durable=True)
     transaction = db.get_transaction()
-    db.info[_WROTE] = False
     work, project = authenticate_session_in_project(db, session_id, authorization, hold=True)
+    held = hold_for_issuing(db, project)
     work, stored, prefetched = record_answer(
         db, work, token, choice, client_ms, project=project, commit=False
     )
-    db.info[_WROTE] = True  # issuing writes
     if db.get_transaction() is not transaction:
         # A race with the same token ended the transaction (and its hold): issue anew. Not
         # in a group: the others' answers went with the transaction, which they must know.
@@ -87,14 +80,12 @@ def answer_and_next(
         return work, project, issued
     # Having just answered its question, the session holds no other: a session is issued
     # one at a time, under the same hold.
-    issued = next_query(
-        db,
-        project,
-        work,
-        none_open=stored,
-        expire_every=EXPIRE_LEASES_EVERY,
-        prefetched=prefetched,
-    )
+    issued = next_query(db, project, work, none_open=stored, prefetched=prefetched, held=held)
+    if issued.fill_first:
+        if not commit:  # only PostgreSQL asks for it, and there answers are not grouped
+            raise RuntimeError("a fill of the pool needs a transaction of its own")
+        db.commit()
+        return next_for_session(db, session_id, authorization)
     if commit:
         db.commit()
     return work, project, issued
@@ -126,10 +117,8 @@ def record_answer(
     now = utcnow()
     project = project or db.get(Project, work.project_id)
     assert project is not None  # a foreign key guarantees it
-    db.info[_WROTE] = True  # from here on, until known otherwise
     stored = _store(db, work, project, token, choice, client_ms, now)
     if stored is None:
-        db.info[_WROTE] = False  # the step changes all or nothing: nothing
         return _not_claimed(db, work, token, choice), False, None
     if commit:
         db.commit()

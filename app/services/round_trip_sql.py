@@ -1,32 +1,36 @@
 """The worker round trip in few statements, one SQL text per step for both databases.
 
-A round trip (an answer whose reply carries the next question) holds the project from its
-first statement to its commit (PostgreSQL: the project's row; SQLite: the write lock), so
-every worker of a project waits behind it. On PostgreSQL each statement is a network round
-trip made while the row is held; the usual case is three statements between ``BEGIN`` and
-``COMMIT``:
+A round trip (an answer whose reply carries the next question) holds its session and its
+participant from its first statement to its commit, never the project: two workers of a
+project run their round trips side by side. Questions are created ahead by the plan, in
+batches (``issuance.fill_pool``, under the project's hold), and a round trip claims one
+open question with ``FOR NO KEY UPDATE SKIP LOCKED`` on PostgreSQL: a question another
+round trip is leasing now is passed over, not waited for. On SQLite the write lock
+serialises every transaction anyway. The usual case is three statements between ``BEGIN``
+and ``COMMIT``:
 
-1. lock and read the session and its project (``sessions._SESSION_IN_PROJECT_HELD``). It
-   stays a statement of its own: under READ COMMITTED a statement reads the snapshot taken
-   when it started, so what follows the lock must start after the lock is granted, or it
-   would read rows as they were before the previous holder committed (a question another
-   worker just took would look open);
-2. :func:`answer`: claim the question, count its place, store the answer, count it on the
-   session (finishing it) and on the participant, and read the first open question this
-   participant has not seen;
-3. :func:`issue` (a new question or an existing one): create the question the plan proposed
-   and save the plan's progress, or lease one more place of the open question; issue the
-   query and read the objects shown.
+1. lock and read the session, its participant and project
+   (``sessions._SESSION_IN_PROJECT_HELD``). It stays a statement of its own: under READ
+   COMMITTED a statement reads the snapshot taken when it started, so what follows the
+   lock must start after the lock is granted, or it would miss a question another session
+   of the same participant was just given;
+2. :func:`answer`: claim the query, count its question's place, store the answer, count it
+   on the session (finishing it) and on the participant, and claim the first open question
+   this participant has not seen;
+3. :func:`issue`: lease one more place of the open question; issue the query and read the
+   objects shown.
 
 On PostgreSQL each step is one statement of data-modifying CTEs. They run on one snapshot
 and do not see each other's changes, only what they return; each below reads what it
 depends on from the ``RETURNING`` of the one before, and the reads of other rows (the
 question's facts, a repeat's first answer, the open question) are of rows these statements
 do not change in a way that matters (answering moves a place from leased to answered: a
-question's ``is_open`` stays as it was). SQLite has ``RETURNING`` but no data-modifying
-CTEs: it runs the same parts (the same SQL text, see the fragments below) as separate
-statements, one per table written, in-process calls rather than network round trips; what
-PostgreSQL reads in a CTE or a join, SQLite reads in a subquery of ``RETURNING``.
+question's ``is_open`` stays as it was). A row locked by ``SKIP LOCKED`` is re-read as last
+committed and its conditions checked again, so a question claimed is open now. SQLite has
+``RETURNING`` but no data-modifying CTEs: it runs the same parts (the same SQL text, see the
+fragments below) as separate statements, one per table written, in-process calls rather
+than network round trips; what PostgreSQL reads in a CTE or a join, SQLite reads in a
+subquery of ``RETURNING``.
 
 Statements run on the driver's cursor (:mod:`app.db.driver`); psycopg prepares a statement
 on the server after its fifth run on a connection. Parameters are cast where PostgreSQL
@@ -145,7 +149,8 @@ _COUNTS_RETURNING = """
         participants.gold_correct, participants.fast_answers, participants.left_answers,
         participants.sided_answers, participants.repeats, participants.consistent_repeats
 """
-# issuance._OPEN_QUESTION: still wanted, and not seen by this participant.
+# issuance._OPEN_QUESTION: still wanted, and not seen by this participant; on PostgreSQL
+# claimed (``{lock}``), passing over those other round trips are claiming now.
 _OPEN = """
     SELECT {columns} FROM questions
     WHERE questions.project_id = CAST(:project AS INTEGER) AND questions.is_open
@@ -153,8 +158,10 @@ _OPEN = """
         SELECT 1 FROM queries
         WHERE queries.participant_id = CAST(:participant AS INTEGER)
           AND queries.question_id = questions.id)
-    ORDER BY questions.id LIMIT 1
+    ORDER BY questions.id LIMIT 1 {lock}
 """
+_CLAIM_OPEN = "FOR NO KEY UPDATE OF questions SKIP LOCKED"
+# A question of the plan, created ahead of the round trips that issue it (no place taken).
 _NEW_QUESTION = """
     INSERT INTO questions (project_id, key, kind, o1, o2, o3, strategy, strategy_position,
         strategy_ref, gold_choice, wanted, live, answered, is_open, created_at)
@@ -162,14 +169,9 @@ _NEW_QUESTION = """
         CAST(:o1 AS INTEGER), CAST(:o2 AS INTEGER), CAST(:o3 AS INTEGER),
         CAST(:strategy AS VARCHAR), CAST(:strategy_position AS INTEGER),
         CAST(:strategy_ref AS JSON), CAST(:gold_choice AS INTEGER), CAST(:wanted AS INTEGER),
-        1, 0, CAST(:wanted AS INTEGER) > 1, CAST(:now AS TIMESTAMPTZ))
+        0, 0, CAST(:wanted AS INTEGER) > 0, CAST(:now AS TIMESTAMPTZ))
     ON CONFLICT (project_id, key) DO NOTHING
     RETURNING id
-"""
-_PROGRESS = """
-    UPDATE projects SET plan_state = CAST(:state AS JSON), plan_step = CAST(:step AS INTEGER),
-        updated_at = CAST(:now AS TIMESTAMPTZ)
-    WHERE id = CAST(:project AS INTEGER)
 """
 # One more place of an open question leased (issuance.count_places).
 _LEASE = """
@@ -205,22 +207,16 @@ SELECT session.answered AS session_answered, session.finished_at AS session_fini
     session.completion_code_hash AS session_code_hash, counts.*,
     open.id AS q_id, open.kind AS q_kind, open.o1 AS q_o1, open.o2 AS q_o2, open.o3 AS q_o3
 FROM session CROSS JOIN counts
-LEFT JOIN LATERAL ({_OPEN.format(columns=_OPEN_COLUMNS)}) AS open ON true
+LEFT JOIN LATERAL ({_OPEN.format(columns=_OPEN_COLUMNS, lock=_CLAIM_OPEN)}) AS open ON true
 """
-_PG_ISSUED = f"""
+_PG_ISSUE = f"""
+WITH question AS ({_LEASE}),
 query AS ({_QUERY.format(question="question")} RETURNING id, question_id)
 SELECT query.id AS query_id, query.question_id, {_OBJECT_COLUMNS}
 FROM query
 LEFT JOIN objects ON objects.project_id = CAST(:project AS INTEGER)
     AND objects."index" = ANY(CAST(:shown AS INTEGER[]))
 """
-_PG_ISSUE_NEW = f"""
-WITH question AS ({_NEW_QUESTION}),
-progress AS ({_PROGRESS}),
-{_PG_ISSUED}"""
-_PG_ISSUE_EXISTING = f"""
-WITH question AS ({_LEASE}),
-{_PG_ISSUED}"""
 
 # -- SQLite: the same parts, one statement per table written ---------------------------------
 
@@ -240,7 +236,7 @@ FROM (SELECT gold_correct, server_ms, position, consistent FROM answers WHERE id
     AS answer
 WHERE participants.id = :participant
 {_COUNTS_RETURNING},
-    ({_OPEN.format(columns=f"json_array({_OPEN_COLUMNS})")}) AS open_question
+    ({_OPEN.format(columns=f"json_array({_OPEN_COLUMNS})", lock="")}) AS open_question
 """
 _SQLITE_QUERY = f"""
 {_QUERY.format(question="(SELECT CAST(:question AS INTEGER) AS id) AS question")}
@@ -250,8 +246,11 @@ RETURNING id AS query_id, question_id,
 """
 
 ANSWER = Statement(_PG_ANSWER, "")
-ISSUE_NEW = Statement(_PG_ISSUE_NEW, "")
-ISSUE_EXISTING = Statement(_PG_ISSUE_EXISTING, "")
+ISSUE = Statement(_PG_ISSUE, "")
+OPEN_QUESTION = Statement(
+    _OPEN.format(columns=_OPEN_COLUMNS, lock=_CLAIM_OPEN),
+    _OPEN.format(columns=_OPEN_COLUMNS, lock=""),
+)
 CLAIM = Statement(_CLAIM)
 PLACE = Statement(f"{_PLACE} WHERE questions.id = CAST(:question AS BIGINT)")
 STORE = Statement(None, _SQLITE_STORE)
@@ -260,7 +259,6 @@ SESSION = Statement(
 )
 COUNTS = Statement(None, _SQLITE_COUNTS)
 NEW_QUESTION = Statement(_NEW_QUESTION)
-PROGRESS = Statement(_PROGRESS)
 LEASE = Statement(_LEASE)
 QUERY = Statement(None, _SQLITE_QUERY)
 
@@ -309,33 +307,34 @@ def answer(db: Session, params: dict[str, Any]) -> Answered | None:
     )
 
 
+def open_question(db: Session, project_id: int, participant_id: int) -> tuple | None:
+    """The first open question ``participant_id`` has not seen, claimed on PostgreSQL (see
+    the module): (id, kind, o1, o2, o3), or None."""
+    conn = db.connection()
+    return first(conn, OPEN_QUESTION, {"project": project_id, "participant": participant_id})
+
+
+def new_question(db: Session, values: dict[str, Any]) -> int | None:
+    """Create a question (``values``: the columns of ``_NEW_QUESTION``), open, no place
+    taken; its id, or None if the project has its key already."""
+    conn = db.connection()
+    created = first(conn, NEW_QUESTION, bind(conn, values))
+    return None if created is None else created.id
+
+
 def issue(
-    db: Session, params: dict[str, Any], shown: Sequence[int], *, new: bool
-) -> tuple[int, int, list[ShownObject]] | None:
-    """Issue a query: of a new question (``new``: created with its first place taken, and
-    the plan's progress saved; None if the project has its key already) or of an open one
-    (one more place leased). Returns the query's id, its question's and the objects shown,
-    in the order shown. ``params``: project, session, participant, kind, s1, s2, s3 (the
-    objects shown), token, now, expires; for a new question the columns of
-    ``_NEW_QUESTION``, state and step; else question."""
+    db: Session, params: dict[str, Any], shown: Sequence[int]
+) -> tuple[int, int, list[ShownObject]]:
+    """Issue a query of an open question, one more place leased. Returns the query's id, its
+    question's and the objects shown, in the order shown. ``params``: project, session,
+    participant, kind, s1, s2, s3 (the objects shown), token, now, expires, question."""
     conn = db.connection()
     params = bind(conn, params)
     if conn.dialect.name == "postgresql":
-        statement = ISSUE_NEW if new else ISSUE_EXISTING
-        found = rows(conn, statement, {**params, "shown": list(shown)})
-        if not found:
-            return None
+        found = rows(conn, ISSUE, {**params, "shown": list(shown)})
         by_index = {row.index: ShownObject(*row[2:]) for row in found}
         return found[0].query_id, found[0].question_id, [by_index[i] for i in shown]
-    if new:
-        created = first(conn, NEW_QUESTION, params)
-        if created is None:
-            return None
-        run(conn, PROGRESS, params)
-        question_id = created.id
-    else:
-        run(conn, LEASE, params)
-        question_id = params["question"]
-    query = first(conn, QUERY, {**params, "question": question_id})
+    run(conn, LEASE, params)
+    query = first(conn, QUERY, params)
     by_index = {row[0]: ShownObject(*row) for row in json.loads(query.objects)}
     return query.query_id, query.question_id, [by_index[i] for i in shown]

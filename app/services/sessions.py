@@ -183,28 +183,21 @@ FROM sessions JOIN projects ON projects.id = sessions.project_id
 WHERE sessions.id = CAST(:session AS VARCHAR)
 """
 _SESSION_IN_PROJECT_READ = driver.Statement(_SESSION_IN_PROJECT)
-# PostgreSQL: both rows locked as they are read, the session's then the project's (one
-# order for every transaction that takes both: no deadlock); a locked row is read as
-# committed last (READ COMMITTED re-reads it once the lock is granted), so both are current.
+# PostgreSQL: the session's and its participant's rows locked as they are read (sessions
+# before participants, in every transaction that takes both: no deadlock), never the
+# project's (see round_trip_sql); a locked row is read as committed last (READ COMMITTED
+# re-reads it once the lock is granted), so both are current. The participant is held so
+# that two sessions of one participant are never given the same question.
 # SQLite: the write lock, taken when the transaction began, holds them.
 _SESSION_IN_PROJECT_HELD = driver.Statement(
-    f"{_SESSION_IN_PROJECT} FOR UPDATE OF sessions, projects", _SESSION_IN_PROJECT
+    _SESSION_IN_PROJECT.replace(
+        "WHERE", "JOIN participants ON participants.id = sessions.participant_id\nWHERE"
+    )
+    + "FOR NO KEY UPDATE OF sessions, participants",
+    _SESSION_IN_PROJECT,
 )
 _N_SESSION_COLUMNS = len(WorkSession.__table__.columns)
 _PROJECT_PREFIX = len("project__")
-# Several sessions, locked in id order (PostgreSQL locks rows as the sort returns them).
-_SESSIONS_HELD = (
-    select(WorkSession.id)
-    .where(WorkSession.id.in_(bindparam("ids", expanding=True)))
-    .order_by(WorkSession.id)
-    .with_for_update()
-)
-
-
-def hold_sessions(db: Session, session_ids: set[str]) -> None:
-    """Lock these sessions, in one order, before any project: a transaction that answers for
-    several sessions keeps the order sessions-then-project of every other one."""
-    db.execute(_SESSIONS_HELD, {"ids": sorted(session_ids)})
 
 
 def authenticate_session_in_project(
@@ -212,9 +205,9 @@ def authenticate_session_in_project(
 ) -> tuple[WorkSession, Project]:
     """:func:`authenticate_session` and the session's project, read in one statement.
 
-    ``hold``: in a writing transaction, hold the project (and the session) until commit, so
-    that what follows is serialised per project (as issuing is): on SQLite the write lock
-    held already does it, on PostgreSQL the statement locks both rows.
+    ``hold``: in a writing transaction, hold the session and its participant until commit,
+    so that what follows is serialised per participant (as issuing is): on SQLite the write
+    lock held already does it, on PostgreSQL the statement locks both rows.
     """
     token = _bearer(authorization)
     statement = _SESSION_IN_PROJECT_HELD if hold else _SESSION_IN_PROJECT_READ

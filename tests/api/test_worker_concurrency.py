@@ -114,3 +114,93 @@ def test_two_sessions_racing_for_the_last_question(live, engine):
     got = [r for r in results if r.get("query")]
     assert len(got) == 1, results
     assert count(engine, Query, slug) == 1
+
+
+def test_many_sessions_racing_over_the_pool_ask_each_question_exactly_as_often_as_wanted(
+    app, engine
+):
+    # Six participants answer side by side until the plan runs dry: 10 questions, each
+    # wanted from 3 distinct participants. Claiming from the pool must neither over-issue a
+    # question nor give one to a participant twice, whoever wins each race.
+    slug = f"pool-{uuid.uuid4().hex[:8]}"
+    budget, redundancy, n_workers = 10, 3, 6
+    with committed_requests(app, engine) as headers, TestClient(app) as admin:
+        make_project(admin, headers, slug)
+        make_objects(admin, headers, slug, 8)
+        strategies = [{"kind": "random", "weight": 1, "budget": budget}]
+        set_plan(admin, headers, slug, strategies=strategies, redundancy=redundancy,
+                 queries_per_session=budget, gold_rate=0)  # fmt: skip
+        sessions = [open_session(admin, slug, participant=f"p{i}") for i in range(n_workers)]
+        clients = [TestClient(app) for _ in range(n_workers)]
+
+        def work(i: int):  # type: ignore[no-untyped-def]
+            session_id, session_headers = sessions[i]
+            client = clients[i]
+            body = client.get(f"/api/w/sessions/{session_id}/next", headers=session_headers)
+            shown = body.json()
+            answered = 0
+            while shown.get("query"):
+                query = shown["query"]
+                reply = client.post(
+                    f"/api/w/sessions/{session_id}/answers",
+                    json={"token": query["token"], "choice": first_choice(query)},
+                    headers=session_headers,
+                )
+                assert reply.status_code == 201, reply.text
+                answered += 1
+                shown = reply.json()["next"]
+            return answered
+
+        answered = run_together(*[lambda i=i: work(i) for i in range(n_workers)])
+        for client in clients:
+            client.close()
+        with Session(engine) as db:
+            project_id = db.scalar(select(Project.id).where(Project.slug == slug))
+            per_question = db.execute(
+                select(Query.question_id, func.count(), func.count(Query.participant_id.distinct()))
+                .where(Query.project_id == project_id, Query.status == "answered")
+                .group_by(Query.question_id)
+            ).all()
+        admin.delete(f"/api/projects/{slug}?force=true", headers=headers)
+    assert sum(answered) == budget * redundancy, answered
+    assert len(per_question) == budget
+    assert all(n == redundancy and distinct == redundancy for _, n, distinct in per_question)
+
+
+def test_a_round_trip_does_not_wait_for_its_project(live, engine):
+    # PostgreSQL: while another transaction holds the project's row as the app does (a fill
+    # of the pool, a plan change, an import: projects.lock_project), a worker answering a
+    # question still gets the next one from the pool. SQLite has one write lock for
+    # everything: nothing to show there.
+    if engine.dialect.name != "postgresql":
+        return
+    first, second, headers, slug = live
+    make_project(first, headers, slug)
+    make_objects(first, headers, slug, 12)
+    set_plan(first, headers, slug, queries_per_session=10, gold_rate=0)
+    session_id, session_headers = open_session(first, slug)
+    query = next_query(first, session_id, session_headers)["query"]  # the pool is filled
+    with Session(engine) as db:
+        project_id = db.scalar(select(Project.id).where(Project.slug == slug))
+    results: list = []
+    with engine.connect() as holder:
+        holder.execute(
+            select(Project.id).where(Project.id == project_id).with_for_update(key_share=True)
+        )
+        thread = threading.Thread(
+            target=lambda: results.append(
+                second.post(
+                    f"/api/w/sessions/{session_id}/answers",
+                    json={"token": query["token"], "choice": first_choice(query)},
+                    headers=session_headers,
+                )
+            )
+        )
+        thread.start()
+        thread.join(10)
+        finished_while_held = not thread.is_alive()
+        holder.rollback()
+    thread.join(10)
+    assert finished_while_held
+    assert results[0].status_code == 201, results[0].text
+    assert results[0].json()["next"]["query"]["token"] != query["token"]
