@@ -8,6 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db.models import Job, Model, Project, Question
+from app.services.issuance import POOL_BATCH
 from app.training.executor import ProcessExecutor
 from tests.factories import answer, next_query, open_session
 from tests.training.helpers import committed_client, make_runner, make_study, wait_for
@@ -112,7 +113,8 @@ def test_a_landed_model_feeds_the_workers_questions(
     expected = [[row[0], *sorted(row[1:])] for row in batch[:3]]
     assert shown == expected, (shown, expected, _state(engine, study.slug))
     assert len(scored) >= 3
-    # The third answer's reply leased the batch's fourth question.
-    assert _state(engine, study.slug)["strategies"][0]["next"] == 4
+    # The questions were created from the batch into the pool, a fill's worth at once (the
+    # questions of the pool from before the model were dropped when the batch landed).
+    assert _state(engine, study.slug)["strategies"][0]["next"] == min(POOL_BATCH, len(batch))
     with Session(engine) as db:
         assert db.get(Model, done["model_id"]).kind == model_kind
