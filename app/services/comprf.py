@@ -49,6 +49,12 @@ def comprf_positions(plan: Plan) -> list[int]:
     return [i for i, spec in enumerate(plan.strategies) if spec.kind == KIND]
 
 
+def stored_plan_has_comprf(plan: dict[str, Any] | None) -> bool:
+    """Whether a project's stored plan (its JSON, not validated: a worker's request asks
+    before anything else) has a comprf strategy, as :func:`comprf_positions` would say."""
+    return any(spec.get("kind") == KIND for spec in (plan or {}).get("strategies") or [])
+
+
 def object_labels(db: Session, project: Project) -> list[str | None]:
     rows = db.execute(
         select(Object.index, Object.label).where(

@@ -34,8 +34,13 @@ from app.db.session import ensure_write
 from app.errors import InvalidInput
 from app.schemas.plans import Plan
 from app.services import round_trip_sql
-from app.services.comprf import KIND as COMPRF
-from app.services.comprf import comprf_positions, prepared_planner, waiting_for_answers
+from app.services.comprf import (
+    comprf_positions,
+    prepared_planner,
+    stored_plan_has_comprf,
+    waiting_for_answers,
+)
+from app.services.projects import hold_project, lock_project
 from app.services.sessions import (
     authenticate_session_in_project,
     completion_code,
@@ -269,25 +274,17 @@ def hold_for_issuing(db: Session, project: Project) -> bool:
     deadlock with it). Whether the transaction holds the project."""
     if db.get_bind().dialect.name == "sqlite":
         return True
-    strategies = (project.plan or {}).get("strategies") or []
-    if any(spec.get("kind") == COMPRF for spec in strategies):
-        hold_project(db, project)
+    if stored_plan_has_comprf(project.plan):
+        hold_project(db, project)  # its plan's progress re-read: it was read before the lock
         return True
     return False
-
-
-def hold_project(db: Session, project: Project) -> None:
-    """Lock ``project``'s row for the rest of the transaction, its plan's progress re-read
-    (the round trip read it before the lock); see ``projects.lock_project``."""
-    db.refresh(project, with_for_update={"key_share": True})
 
 
 def fill_pool_alone(db: Session, project: Project, work: WorkSession) -> bool:
     """:func:`fill_pool` in a transaction of its own, which takes the project's row before
     any other (PostgreSQL: the round trip holds rows that the fill's freeing of leases may
     wait for, so it must not wait for the project while holding them)."""
-    ensure_write(db)
-    hold_project(db, project)
+    lock_project(db, project)
     available = fill_pool(db, project, work)
     db.commit()
     return available
@@ -304,7 +301,7 @@ def fill_pool(
     participant has not seen, let the plan create up to ``batch`` new ones (open, no place
     taken: issuing takes them). Whether such a question is open now.
 
-    The transaction must hold the project (:func:`hold_project`; SQLite's write lock).
+    The transaction must hold the project (``projects.hold_project``; SQLite's write lock).
     """
     expire_leases(db, project, utcnow())
     if _open_question(db, project, work) is not None:
@@ -351,7 +348,7 @@ def discard_unasked(db: Session, project: Project, position: int | None = None) 
     """Delete the questions of the pool no one was ever given (of the strategy at
     ``position``, or all): when the plan changes, or a strategy's proposals do (an adaptive
     strategy's new batch), they would be asked in place of its new ones. Their places in
-    the budget are given back. The caller holds the project (:func:`hold_project`); how
+    the budget are given back. The caller holds the project (``projects.lock_project``); how
     many were discarded."""
     statement = _UNASKED
     if position is not None:

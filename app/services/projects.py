@@ -49,8 +49,14 @@ def lock_project(db: Session, project: Project, *, durable: bool = False) -> Pro
     rows that refer to it (a worker's answer checks its foreign key with ``FOR KEY SHARE``):
     the round trips go on while a project is held (see ``round_trip_sql``)."""
     begin_write(db, durable=durable)
-    db.refresh(project, with_for_update={"key_share": True})
+    hold_project(db, project)
     return project
+
+
+def hold_project(db: Session, project: Project) -> None:
+    """Lock ``project``'s row for the rest of the current transaction (as
+    :func:`lock_project` does), its values re-read as last committed."""
+    db.refresh(project, with_for_update={"key_share": True})
 
 
 def project_plan(project: Project) -> Plan | None:

@@ -9,7 +9,7 @@ round trip is leasing now is passed over, not waited for. On SQLite the write lo
 serialises every transaction anyway. The usual case is three statements between ``BEGIN``
 and ``COMMIT``:
 
-1. lock and read the session, its participant and project
+1. lock the session and its participant and read them with the project, unlocked
    (``sessions._SESSION_IN_PROJECT_HELD``). It stays a statement of its own: under READ
    COMMITTED a statement reads the snapshot taken when it started, so what follows the
    lock must start after the lock is granted, or it would miss a question another session
@@ -149,8 +149,9 @@ _COUNTS_RETURNING = """
         participants.gold_correct, participants.fast_answers, participants.left_answers,
         participants.sided_answers, participants.repeats, participants.consistent_repeats
 """
-# issuance._OPEN_QUESTION: still wanted, and not seen by this participant; on PostgreSQL
-# claimed (``{lock}``), passing over those other round trips are claiming now.
+# The open question a participant is asked next: still wanted, and not seen by this
+# participant; on PostgreSQL claimed (``{lock}``), passing over those other round trips
+# are claiming now.
 _OPEN = """
     SELECT {columns} FROM questions
     WHERE questions.project_id = CAST(:project AS INTEGER) AND questions.is_open
@@ -310,15 +311,14 @@ def answer(db: Session, params: dict[str, Any]) -> Answered | None:
 def open_question(db: Session, project_id: int, participant_id: int) -> tuple | None:
     """The first open question ``participant_id`` has not seen, claimed on PostgreSQL (see
     the module): (id, kind, o1, o2, o3), or None."""
-    conn = db.connection()
-    return first(conn, OPEN_QUESTION, {"project": project_id, "participant": participant_id})
+    params = {"project": project_id, "participant": participant_id}
+    return first(db.connection(), OPEN_QUESTION, params)
 
 
 def new_question(db: Session, values: dict[str, Any]) -> int | None:
     """Create a question (``values``: the columns of ``_NEW_QUESTION``), open, no place
     taken; its id, or None if the project has its key already."""
-    conn = db.connection()
-    created = first(conn, NEW_QUESTION, bind(conn, values))
+    created = first(db.connection(), NEW_QUESTION, values)
     return None if created is None else created.id
 
 

@@ -177,11 +177,12 @@ def authenticate_session(db: Session, session_id: str, authorization: str | None
 _SESSION = select(WorkSession).where(WorkSession.id == bindparam("session"))
 # Every hot request starts with this (the first step of a round trip, see round_trip_sql),
 # run on the driver's cursor: the ORM's loading of two objects cost more than the statement.
-_SESSION_IN_PROJECT = f"""
+_SESSION_AND_PROJECT = f"""
 SELECT {driver.columns(WorkSession)}, {driver.columns(Project, "project__")}
 FROM sessions JOIN projects ON projects.id = sessions.project_id
-WHERE sessions.id = CAST(:session AS VARCHAR)
 """
+_THE_SESSION = "WHERE sessions.id = CAST(:session AS VARCHAR)\n"
+_SESSION_IN_PROJECT = _SESSION_AND_PROJECT + _THE_SESSION
 _SESSION_IN_PROJECT_READ = driver.Statement(_SESSION_IN_PROJECT)
 # PostgreSQL: the session's and its participant's rows locked as they are read (sessions
 # before participants, in every transaction that takes both: no deadlock), never the
@@ -190,9 +191,9 @@ _SESSION_IN_PROJECT_READ = driver.Statement(_SESSION_IN_PROJECT)
 # that two sessions of one participant are never given the same question.
 # SQLite: the write lock, taken when the transaction began, holds them.
 _SESSION_IN_PROJECT_HELD = driver.Statement(
-    _SESSION_IN_PROJECT.replace(
-        "WHERE", "JOIN participants ON participants.id = sessions.participant_id\nWHERE"
-    )
+    _SESSION_AND_PROJECT
+    + "JOIN participants ON participants.id = sessions.participant_id\n"
+    + _THE_SESSION
     + "FOR NO KEY UPDATE OF sessions, participants",
     _SESSION_IN_PROJECT,
 )
