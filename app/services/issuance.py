@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import numpy as np
-from sqlalchemy import Row, bindparam, delete, exists, func, insert, select, update
+from sqlalchemy import Row, bindparam, delete, exists, insert, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -139,23 +139,6 @@ _SHOWN_OBJECTS = select(
     _objects.c.project_id == bindparam("project"),
     _objects.c.index.in_(bindparam("indices", expanding=True)),
 )
-# Questions this session answered (not gold, not yet repeated), in id order.
-_REPEAT_CANDIDATES = (
-    select(_questions)
-    .join(_queries, _queries.c.question_id == _q.id)
-    .where(
-        _queries.c.session_id == bindparam("session"),
-        _queries.c.status == "answered",
-        _q.gold_choice.is_(None),
-        _q.id.not_in(
-            select(_queries.c.question_id).where(
-                _queries.c.session_id == bindparam("session"), _queries.c.is_repeat
-            )
-        ),
-    )
-)
-_COUNT_REPEAT_CANDIDATES = select(func.count()).select_from(_REPEAT_CANDIDATES.subquery())
-_REPEAT_CANDIDATE = _REPEAT_CANDIDATES.order_by(_q.id).limit(1).offset(bindparam("pick"))
 
 
 def open_query(db: Session, work: WorkSession) -> Query | None:
@@ -398,7 +381,7 @@ def _session_number(session_id: str) -> int:
 
 def _repeat_question(
     db: Session, work: WorkSession, plan: Plan, rng: np.random.Generator
-) -> tuple[Question | None, bool]:
+) -> tuple[Any, bool]:
     """Now and then, a question this session answered, to be asked again mirrored."""
     if plan.repeat_rate == 0 or work.answered < MIN_ANSWERS_BEFORE_REPEAT:
         return None, False
@@ -406,12 +389,11 @@ def _repeat_question(
         return None, False
     # Counted and picked in SQL: the candidates grow with the session, and loading them all
     # (as this once did) made every repeat cost more than the last. Same draw, same order.
-    n_candidates = db.execute(_COUNT_REPEAT_CANDIDATES, {"session": work.id}).scalar_one()
+    n_candidates = round_trip_sql.count_repeatable(db, work.id, work.participant_id)
     if not n_candidates:
         return None, False
     pick = int(rng.integers(n_candidates))
-    row = db.execute(_REPEAT_CANDIDATE, {"session": work.id, "pick": pick}).first()
-    return _detached(Question, row), True
+    return round_trip_sql.repeatable(db, work.id, work.participant_id, pick), True
 
 
 def _open_question(db: Session, project: Project, work: WorkSession) -> OpenQuestion | None:
@@ -482,18 +464,15 @@ def _query_values(
 
 
 def _issue_repeat(
-    db: Session, project: Project, work: WorkSession, question: Question, swap: bool, now: datetime
+    db: Session, project: Project, work: WorkSession, question: Any, swap: bool, now: datetime
 ) -> Query:
-    """Hand ``question``, which ``work`` answered, to it again with a fresh token: a triplet
-    mirrored, a pair in the order drawn (``swap``). A repeat takes no place among the
-    question's wanted answers (any other question goes through :func:`_issue_existing`)."""
+    """Hand ``question`` (a row of ``round_trip_sql.repeatable``), which ``work`` answered,
+    to it again with a fresh token: a triplet mirrored, a pair in the order drawn
+    (``swap``). A repeat takes no place among the question's wanted answers (any other
+    question goes through :func:`_issue_existing`)."""
     shown = _shown(question.kind, question.o1, question.o2, question.o3, swap)
     if question.kind == "triplet":
-        original = db.scalar(
-            select(Query).where(Query.session_id == work.id, Query.question_id == question.id)
-        )
-        assert original is not None
-        shown = (question.o1, original.o3, original.o2)  # mirrored
+        shown = (question.o1, question.shown_o3, question.shown_o2)  # mirrored
     values = _query_values(project, work, question, shown, True, now)
     values["id"] = db.execute(_INSERT_QUERY, values).scalar_one()  # Core, not the ORM's flush
     return Query(**values)

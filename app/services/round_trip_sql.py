@@ -189,6 +189,20 @@ _QUERY = """
         CAST(:token AS VARCHAR), CAST(:now AS TIMESTAMPTZ), CAST(:expires AS TIMESTAMPTZ)
     FROM {question}
 """
+# The questions this session answered (not gold) and was not asked again: a repeat's
+# candidates, from the session's own queries (one non-repeat query per question). A question
+# is asked of a participant in one session only, so its repeat is looked up by participant:
+# an index lookup whatever the planner believes of the tables (by session, with no
+# statistics yet, it re-read all the session's queries for each candidate).
+_REPEATABLE = """
+    FROM queries JOIN questions ON questions.id = queries.question_id
+    WHERE queries.session_id = CAST(:session AS VARCHAR) AND queries.status = 'answered'
+      AND NOT queries.is_repeat AND questions.gold_choice IS NULL
+      AND NOT EXISTS (
+        SELECT 1 FROM queries AS again
+        WHERE again.participant_id = CAST(:participant AS INTEGER)
+          AND again.question_id = queries.question_id AND again.is_repeat)
+"""
 _OBJECT_COLUMNS = 'objects."index", objects.name, objects.text, objects.image_url'
 _OPEN_COLUMNS = "questions.id, questions.kind, questions.o1, questions.o2, questions.o3"
 
@@ -262,6 +276,14 @@ COUNTS = Statement(None, _SQLITE_COUNTS)
 NEW_QUESTION = Statement(_NEW_QUESTION)
 LEASE = Statement(_LEASE)
 QUERY = Statement(None, _SQLITE_QUERY)
+# Run on a few round trips in a hundred, over a session's growing answers: planned each run.
+COUNT_REPEATABLE = Statement(f"SELECT count(*) AS n {_REPEATABLE}", plan_each_run=True)
+REPEATABLE = Statement(
+    "SELECT questions.id, questions.kind, questions.o1, questions.o2, questions.o3, "
+    f"queries.o2 AS shown_o2, queries.o3 AS shown_o3 {_REPEATABLE} "
+    "ORDER BY questions.id LIMIT 1 OFFSET CAST(:pick AS INTEGER)",
+    plan_each_run=True,
+)
 
 # -- the steps -------------------------------------------------------------------------------
 
@@ -313,6 +335,21 @@ def open_question(db: Session, project_id: int, participant_id: int) -> tuple | 
     the module): (id, kind, o1, o2, o3), or None."""
     params = {"project": project_id, "participant": participant_id}
     return first(db.connection(), OPEN_QUESTION, params)
+
+
+def count_repeatable(db: Session, session_id: str, participant_id: int) -> int:
+    """How many questions the session (of ``participant_id``) could be asked again (see
+    ``_REPEATABLE``)."""
+    params = {"session": session_id, "participant": participant_id}
+    return first(db.connection(), COUNT_REPEATABLE, params).n
+
+
+def repeatable(db: Session, session_id: str, participant_id: int, pick: int) -> Any:
+    """The ``pick``-th (from 0, in id order) question the session could be asked again: its
+    id, kind, o1, o2, o3, and the candidates as they were shown (``shown_o2``,
+    ``shown_o3``)."""
+    params = {"session": session_id, "participant": participant_id, "pick": pick}
+    return first(db.connection(), REPEATABLE, params)
 
 
 def new_question(db: Session, values: dict[str, Any]) -> int | None:
