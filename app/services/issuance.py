@@ -29,6 +29,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from app.active.base import Proposal
 from app.active.planner import Planner
 from app.config import get_settings
+from app.db import statistics
 from app.db.models import Object, Project, Query, Question, WorkSession, utcnow
 from app.db.session import ensure_write
 from app.errors import InvalidInput
@@ -270,6 +271,7 @@ def fill_pool_alone(db: Session, project: Project, work: WorkSession) -> bool:
     lock_project(db, project)
     available = fill_pool(db, project, work)
     db.commit()
+    statistics.refresh_if_stale(db)  # a fresh database's tables grow fast
     return available
 
 
@@ -294,21 +296,31 @@ def fill_pool(
     state: dict[str, Any] = project.plan_state or planner.initial_state()
     step = project.plan_step
     created = 0
-    for _ in range(batch + MAX_PROPOSALS):
-        proposed = planner.propose(state, step)
-        step += 1
-        if proposed is None:
+    proposals_left = batch + MAX_PROPOSALS
+    exhausted = False
+    while created < batch and proposals_left and not exhausted:
+        # What is still wanted, proposed as if each were new, then created in one
+        # statement; a proposal the project has already is uncounted and another one asked.
+        proposed: list[tuple[int, dict[str, Any]]] = []
+        while len(proposed) < batch - created and proposals_left:
+            proposal = planner.propose(state, step)
+            step += 1
+            proposals_left -= 1
+            if proposal is None:
+                exhausted = True
+                break
+            position, question = proposal
+            proposed.append((position, _question_values(question, position, planner, plan)))
+            state = _counted(state, position, +1)
+        if not proposed:
             break
-        position, proposal = proposed
-        values = _question_values(project, proposal, position, planner, plan)
-        if round_trip_sql.new_question(db, values) is None:
-            continue  # the project has it already: closed, or seen by this participant
-        created += 1
-        if position >= 0:
-            state = {**state, "created": [*state["created"]]}
-            state["created"][position] += 1
-        if created == batch:
-            break
+        new = round_trip_sql.new_questions(db, project.id, [v for _, v in proposed], utcnow())
+        for position, values in proposed:
+            if values["key"] in new:
+                new.discard(values["key"])  # a key proposed twice in the batch counts once
+                created += 1
+            else:
+                state = _counted(state, position, -1)
     db.execute(_SAVE_PLAN_PROGRESS, {"project": project.id, "state": state, "step": step})
     set_committed_value(project, "plan_state", state)
     set_committed_value(project, "plan_step", step)
@@ -403,16 +415,24 @@ def _open_question(db: Session, project: Project, work: WorkSession) -> OpenQues
     return None if row is None else OpenQuestion(*row)
 
 
+def _counted(state: dict[str, Any], position: int, change: int) -> dict[str, Any]:
+    """``state`` with ``change`` more questions created by the strategy at ``position`` (a
+    new dict: the project's stored state is not changed in place)."""
+    if position < 0:
+        return state
+    created = [*state["created"]]
+    created[position] += change
+    return {**state, "created": created}
+
+
 def _question_values(
-    project: Project, proposal: Proposal, position: int, planner: Planner, plan: Plan
+    proposal: Proposal, position: int, planner: Planner, plan: Plan
 ) -> dict[str, Any]:
-    """The row of the question of ``proposal`` (the parameters of ``round_trip_sql``'s
-    ``_NEW_QUESTION``)."""
+    """The row of the question of ``proposal`` (see ``round_trip_sql.new_questions``)."""
     strategy = planner.planned[position].strategy if position >= 0 else planner.gold_source
     wanted = strategy.answers_wanted(proposal, plan.redundancy) if strategy is not None else 1
     objects = [*proposal.objects, None][:3]
     return {
-        "project": project.id,
         "key": proposal.key,
         "kind": proposal.kind,
         "o1": objects[0],
@@ -423,7 +443,6 @@ def _question_values(
         "strategy_ref": _json(proposal.ref or None),
         "gold_choice": proposal.gold_choice,
         "wanted": wanted,
-        "now": utcnow(),
     }
 
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 from collections import namedtuple
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -162,17 +163,39 @@ _OPEN = """
     ORDER BY questions.id LIMIT 1 {lock}
 """
 _CLAIM_OPEN = "FOR NO KEY UPDATE OF questions SKIP LOCKED"
-# A question of the plan, created ahead of the round trips that issue it (no place taken).
-_NEW_QUESTION = """
+# Questions of the plan, created ahead of the round trips that issue them (no place taken),
+# a fill's batch in one statement: ``:rows`` is a JSON array of rows (``_QUESTION_FIELDS``),
+# inserted in its order (claims take the lowest id first). A key the project has already,
+# or that an earlier row of the batch has, is passed over.
+_QUESTION_FIELDS = (
+    "key", "kind", "o1", "o2", "o3", "strategy", "strategy_position", "strategy_ref",
+    "gold_choice", "wanted",
+)  # fmt: skip
+_NEW_QUESTIONS_INTO = """
     INSERT INTO questions (project_id, key, kind, o1, o2, o3, strategy, strategy_position,
         strategy_ref, gold_choice, wanted, live, answered, is_open, created_at)
-    VALUES (CAST(:project AS INTEGER), CAST(:key AS VARCHAR), CAST(:kind AS VARCHAR),
-        CAST(:o1 AS INTEGER), CAST(:o2 AS INTEGER), CAST(:o3 AS INTEGER),
-        CAST(:strategy AS VARCHAR), CAST(:strategy_position AS INTEGER),
-        CAST(:strategy_ref AS JSON), CAST(:gold_choice AS INTEGER), CAST(:wanted AS INTEGER),
-        0, 0, CAST(:wanted AS INTEGER) > 0, CAST(:now AS TIMESTAMPTZ))
+"""
+_PG_NEW_QUESTIONS = f"""
+{_NEW_QUESTIONS_INTO}
+    SELECT CAST(:project AS INTEGER), key, kind, o1, o2, o3, strategy, strategy_position,
+        CAST(strategy_ref AS JSON), gold_choice, wanted, 0, 0, wanted > 0,
+        CAST(:now AS TIMESTAMPTZ)
+    FROM ROWS FROM (json_to_recordset(CAST(:rows AS JSON)) AS (key VARCHAR, kind VARCHAR,
+        o1 INTEGER, o2 INTEGER, o3 INTEGER, strategy VARCHAR, strategy_position INTEGER,
+        strategy_ref TEXT, gold_choice INTEGER, wanted INTEGER)) WITH ORDINALITY AS batch
+    ORDER BY batch.ordinality
     ON CONFLICT (project_id, key) DO NOTHING
-    RETURNING id
+    RETURNING key
+"""
+_SQLITE_NEW_QUESTIONS = f"""
+{_NEW_QUESTIONS_INTO}
+    SELECT :project, value ->> 'key', value ->> 'kind', value ->> 'o1', value ->> 'o2',
+        value ->> 'o3', value ->> 'strategy', value ->> 'strategy_position',
+        value ->> 'strategy_ref', value ->> 'gold_choice', value ->> 'wanted', 0, 0,
+        (value ->> 'wanted') > 0, :now
+    FROM json_each(:rows) WHERE true ORDER BY json_each.key
+    ON CONFLICT (project_id, key) DO NOTHING
+    RETURNING key
 """
 # One more place of an open question leased (issuance.count_places).
 _LEASE = """
@@ -273,7 +296,7 @@ SESSION = Statement(
     f"{_SESSION} WHERE sessions.id = CAST(:session AS VARCHAR) {_SESSION_RETURNING}"
 )
 COUNTS = Statement(None, _SQLITE_COUNTS)
-NEW_QUESTION = Statement(_NEW_QUESTION)
+NEW_QUESTIONS = Statement(_PG_NEW_QUESTIONS, _SQLITE_NEW_QUESTIONS)
 LEASE = Statement(_LEASE)
 QUERY = Statement(None, _SQLITE_QUERY)
 # Run on a few round trips in a hundred, over a session's growing answers: planned each run.
@@ -352,11 +375,14 @@ def repeatable(db: Session, session_id: str, participant_id: int, pick: int) -> 
     return first(db.connection(), REPEATABLE, params)
 
 
-def new_question(db: Session, values: dict[str, Any]) -> int | None:
-    """Create a question (``values``: the columns of ``_NEW_QUESTION``), open, no place
-    taken; its id, or None if the project has its key already."""
-    created = first(db.connection(), NEW_QUESTION, values)
-    return None if created is None else created.id
+def new_questions(
+    db: Session, project_id: int, batch: Sequence[dict[str, Any]], now: datetime
+) -> set[str]:
+    """Create the questions of ``batch`` (rows of ``_QUESTION_FIELDS``), in its order, open,
+    no place taken; the keys of those created (the project had none of them yet)."""
+    values = json.dumps([{name: row[name] for name in _QUESTION_FIELDS} for row in batch])
+    params = {"project": project_id, "rows": values, "now": now}
+    return {row.key for row in rows(db.connection(), NEW_QUESTIONS, params)}
 
 
 def issue(

@@ -9,7 +9,8 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db.models import Answer, Participant, Project, Query, Question, WorkSession
+from app.db.models import Answer, Participant, Project, Query, Question, WorkSession, utcnow
+from app.services import round_trip_sql
 from app.services.sessions import completion_code, completion_code_hash
 from tests.factories import make_objects, make_project, next_query, open_session, set_plan
 
@@ -127,3 +128,34 @@ def test_round_trip_rows_follow_the_rules(client, auth_headers, db: Session) -> 
         assert participant.sided_answers == sum(a.position in (-1, 1) for a in mine)
         assert participant.repeats == sum(a.consistent is not None for a in mine)
         assert participant.consistent_repeats == sum(a.consistent is True for a in mine)
+
+
+def test_a_fill_creates_its_batch_in_order_and_passes_over_known_keys(db: Session) -> None:
+    """round_trip_sql.new_questions: one statement for the batch, its rows in the batch's
+    order, open with no place taken; a key the project has, or that the batch named
+    before, is not created again."""
+    project = Project(slug="batch", name="batch", n_objects=10)
+    db.add(project)
+    db.flush()
+
+    def row(key: str, o1: int, gold: int | None = None, wanted: int = 2) -> dict:
+        return {
+            "key": key, "kind": "triplet", "o1": o1, "o2": o1 + 1, "o3": o1 + 2,
+            "strategy": "random", "strategy_position": 0, "strategy_ref": "null",
+            "gold_choice": gold, "wanted": wanted,
+        }  # fmt: skip
+
+    now = utcnow()
+    assert round_trip_sql.new_questions(db, project.id, [row("a", 0)], now) == {"a"}
+    batch = [row("c", 3), row("a", 5), row("b", 1, gold=2), row("c", 7), row("d", 4, wanted=0)]
+    assert round_trip_sql.new_questions(db, project.id, batch, now) == {"b", "c", "d"}
+    stored = db.scalars(
+        select(Question).where(Question.project_id == project.id).order_by(Question.id)
+    ).all()
+    assert [(q.key, q.o1) for q in stored] == [("a", 0), ("c", 3), ("b", 1), ("d", 4)]
+    assert [q.gold_choice for q in stored] == [None, None, 2, None]
+    assert [(q.live, q.answered, q.wanted, q.is_open) for q in stored] == [
+        (0, 0, 2, True), (0, 0, 2, True), (0, 0, 2, True), (0, 0, 0, False),
+    ]  # fmt: skip
+    assert all(q.strategy_ref is None and q.kind == "triplet" for q in stored)
+    assert all(q.created_at == now for q in stored[1:])
