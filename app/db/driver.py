@@ -46,24 +46,11 @@ class Statement:
     ``RawCursor``, which sends the text as it is: its usual cursor parses every query for
     its ``%(name)s`` parameters, and does it again on every run for a text longer than 4 kB
     (``psycopg._queries.MAX_CACHED_STATEMENT_LENGTH``; the answer's statement is 5.5 kB),
-    profiled as the largest cost of a round trip on PostgreSQL.
+    profiled as the largest cost of a round trip on PostgreSQL."""
 
-    ``plan_each_run``: PostgreSQL plans the statement at every run, for the values given and
-    the tables as they are then, rather than once per connection (psycopg prepares a
-    statement on its fifth run, and the server keeps that plan). For a statement run now
-    and then whose best plan changes as the tables grow: a plan kept from a project's first
-    seconds, made for near-empty tables, scanned every row of a grown table at each run
-    (measured: 15 ms and 67,000 buffers per run, on average over the first half minute of
-    the throughput benchmark).
-    Planning costs a fraction of a millisecond; the statements run on every round trip
-    keep their prepared plans."""
+    __slots__ = ("names", "postgresql", "row_types", "sqlite")
 
-    __slots__ = ("names", "plan_each_run", "postgresql", "row_types", "sqlite")
-
-    def __init__(
-        self, postgresql: str | None, sqlite: str | None = None, *, plan_each_run: bool = False
-    ) -> None:
-        self.plan_each_run = plan_each_run
+    def __init__(self, postgresql: str | None, sqlite: str | None = None) -> None:
         self.postgresql = None
         self.names: tuple[str, ...] = ()  # the parameters of $1, $2, …
         if postgresql is not None:
@@ -103,21 +90,13 @@ def _cursor(connection: Connection, statement: Statement, params: dict[str, Any]
     dialect = connection.dialect.name
     values: Any
     if dialect == "postgresql":
-        kind = _PlannedEachRun if statement.plan_each_run else psycopg.RawCursor
-        cursor = kind(connection.connection.driver_connection)
+        cursor = psycopg.RawCursor(connection.connection.driver_connection)
         values = tuple(params[name] for name in statement.names)
     else:
         cursor = connection.connection.cursor()
         values = bind(connection, params)
     execute(connection, cursor, statement.text(dialect), values)
     return cursor
-
-
-class _PlannedEachRun(psycopg.RawCursor):
-    """A cursor whose statements are never prepared (see ``Statement.plan_each_run``)."""
-
-    def execute(self, query: Any, params: Any = None, **options: Any) -> Any:
-        return super().execute(query, params, **{**options, "prepare": False})
 
 
 def execute(connection: Connection, cursor: Any, sql: str, values: Any = ()) -> None:

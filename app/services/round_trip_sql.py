@@ -299,13 +299,11 @@ COUNTS = Statement(None, _SQLITE_COUNTS)
 NEW_QUESTIONS = Statement(_PG_NEW_QUESTIONS, _SQLITE_NEW_QUESTIONS)
 LEASE = Statement(_LEASE)
 QUERY = Statement(None, _SQLITE_QUERY)
-# Run on a few round trips in a hundred, over a session's growing answers: planned each run.
-COUNT_REPEATABLE = Statement(f"SELECT count(*) AS n {_REPEATABLE}", plan_each_run=True)
+COUNT_REPEATABLE = Statement(f"SELECT count(*) AS n {_REPEATABLE}")
 REPEATABLE = Statement(
     "SELECT questions.id, questions.kind, questions.o1, questions.o2, questions.o3, "
     f"queries.o2 AS shown_o2, queries.o3 AS shown_o3 {_REPEATABLE} "
-    "ORDER BY questions.id LIMIT 1 OFFSET CAST(:pick AS INTEGER)",
-    plan_each_run=True,
+    "ORDER BY questions.id LIMIT 1 OFFSET CAST(:pick AS INTEGER)"
 )
 
 # -- the steps -------------------------------------------------------------------------------
