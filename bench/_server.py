@@ -60,6 +60,23 @@ def cpu_seconds(pid: int) -> float:
     return sum(times.get(p, 0.0) for p in tree)
 
 
+def postgres_cpu_seconds() -> float:
+    """User + system CPU time of every PostgreSQL server process on this machine (its
+    backends, WAL writer, autovacuum…; Linux /proc): what a benchmark's database costs
+    beside the app, when nothing else uses the server."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            name, fields = stat.read_text().rsplit(")", 1)
+        except (OSError, ValueError):
+            continue  # the process ended while we looked
+        if name.endswith("(postgres"):
+            values = fields.split()
+            total += int(values[11]) + int(values[12])
+    return total / tick
+
+
 @contextmanager
 def running_server(database_url: str | None = None, **settings: str) -> Iterator[Server]:
     """Yield the server (``base, key, env``) on a fresh SQLite file (or ``database_url``)."""

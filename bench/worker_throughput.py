@@ -16,7 +16,9 @@ One interleaved run measures, with the same client and at 1, 10 and 50 concurren
 A round trip is one question answered (for Salmon: a query fetched and answered). The client
 is a few lines of raw asyncio HTTP/1.1 keep-alive (one connection per worker, no think time)
 so that it leaves the CPU to the servers; "server CPU" is the CPU time of every process of the
-system measured (for Salmon: redis, backend, frontend and Dask) per round trip.
+system measured (for Salmon: redis, backend, frontend and Dask) per round trip, and "db CPU",
+for rows on PostgreSQL, that of the PostgreSQL server's own processes (all of them on the
+machine: run it with nothing else using that server).
 Rows take turns, repeat after repeat, so a slow spell of the shared machine hits them alike.
 
     ../shared/tools/salmon-bench/setup.sh bench/.salmon      # once, ~2-10 min
@@ -45,7 +47,7 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import cpu_seconds, free_port, reset_postgres, running_server
+from _server import cpu_seconds, free_port, postgres_cpu_seconds, reset_postgres, running_server
 
 try:  # the client's event loop: uvloop (installed with uvicorn[standard]) is the lighter one
     import uvloop
@@ -219,6 +221,7 @@ class Run:
     errors: int
     server_cpu_ms: float  # the system's processes' CPU per round trip
     client_cpu_ms: float  # this process's CPU per round trip
+    database_cpu_ms: float | None  # PostgreSQL's own processes' CPU per round trip, if used
 
 
 @dataclass
@@ -229,17 +232,20 @@ class System:
     sessions: list[tuple[str, str]]
     pids: list[int]
     worker: Worker
+    on_postgres: bool = False  # its database is the PostgreSQL server (its CPU counted apart)
 
 
 def timed(system: System, n_workers: int, seconds: float) -> Run:
     sessions = system.sessions[:n_workers]
     run_loop(drive(system.base, sessions, 2.0, system.worker))  # warm up
     server_before = sum(cpu_seconds(p) for p in system.pids)
+    database_before = postgres_cpu_seconds() if system.on_postgres else 0.0
     client_before = time.process_time()
     started = time.perf_counter()
     tally = run_loop(drive(system.base, sessions, seconds, system.worker))
     elapsed = time.perf_counter() - started
     server_cpu = sum(cpu_seconds(p) for p in system.pids) - server_before
+    database_cpu = postgres_cpu_seconds() - database_before if system.on_postgres else None
     client_cpu = time.process_time() - client_before
     if tally.errors:
         print(f"  {tally.errors} errors, first: {tally.first_error}", file=sys.stderr)
@@ -250,6 +256,7 @@ def timed(system: System, n_workers: int, seconds: float) -> Run:
         tally.errors,
         server_cpu * 1000 / count,
         client_cpu * 1000 / count,
+        None if database_cpu is None else database_cpu * 1000 / count,
     )
 
 
@@ -315,7 +322,9 @@ def ours(
     settings = {"run_jobs": run_jobs, "web_workers": str(processes)}
     with running_server(database_url, **settings) as server:
         sessions = setup_project(server.base, server.key, n_sessions, strategy)
-        yield System(server.base, sessions, [server.process.pid], ours_worker)
+        yield System(
+            server.base, sessions, [server.process.pid], ours_worker, database_url is not None
+        )
 
 
 @contextmanager
@@ -532,8 +541,8 @@ def report(
         )
     )
     header = ("system", "workers", "round trips/s", "p50 ms", "p99 ms", "errors")
-    header += ("vs ceiling", "vs Salmon", "server CPU", "client CPU")
-    line = "{:42s} {:>7s} {:>16s} {:>8s} {:>8s} {:>6s} {:>10s} {:>9s} {:>10s} {:>10s}"
+    header += ("vs ceiling", "vs Salmon", "server CPU", "db CPU", "client CPU")
+    line = "{:42s} {:>7s} {:>16s} {:>8s} {:>8s} {:>6s} {:>10s} {:>9s} {:>10s} {:>10s} {:>10s}"
     print(line.format(*header))
     for row in rows:
         for n in workers:
@@ -543,6 +552,7 @@ def report(
             latencies = [ms for r in done for ms in r.latencies]
             server = statistics.fmean(r.server_cpu_ms for r in done)
             client = statistics.fmean(r.client_cpu_ms for r in done)
+            database = [r.database_cpu_ms for r in done if r.database_cpu_ms is not None]
             print(
                 line.format(
                     LABELS[row],
@@ -554,12 +564,14 @@ def report(
                     f"{mean / rate('bare', n):.2f}",
                     f"{mean / rate('salmon', n):.2f}x",
                     f"{server:.2f} ms",
+                    f"{statistics.fmean(database):.2f} ms" if database else "-",
                     f"{client:.2f} ms",
                 )
             )
     print(
         "round trips/s: mean ± sd over runs; latencies pooled; CPU per round trip, mean of runs "
-        "(2 cores = 2,000 ms of CPU per second). Ours and the ceiling: one POST per question "
+        "(2 cores = 2,000 ms of CPU per second); db CPU: the PostgreSQL server's own processes "
+        "(every one on the machine). Ours and the ceiling: one POST per question "
         "(its 201 carries the next question); Salmon: GET /query + POST /answer."
     )
 
