@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -110,11 +109,6 @@ def get_engine(url: str) -> Engine:
 
 def session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(bind=engine, expire_on_commit=False)
-
-
-def iter_session(engine: Engine) -> Iterator[Session]:
-    with session_factory(engine)() as session:
-        yield session
 
 
 def begin_write(db: Session, *, durable: bool = False) -> None:
