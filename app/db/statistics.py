@@ -7,8 +7,9 @@ are analysed again. On a fresh database the round trip's statements are planned 
 tables are nearly empty: a scan of the whole table is then the best plan, and it stays the
 plan while the table grows, until autovacuum analyses it, up to a minute later
 (``autovacuum_naptime``). Measured on the throughput benchmark's fresh database, one worker:
-the answer's statement read 3,500 buffers (1.3 ms) per run instead of about 100, and the
-round trips that asked a repeat took 80-155 ms. So after a fill of the pool (one round trip
+the answer's statement read 3,500 buffers (1.3 ms) per run instead of about 100, counting
+a repeat's candidates took 30 ms, and one round trip in 40 took 80-155 ms, growing with
+the tables. So after a fill of the pool (one round trip
 in 32, :func:`app.services.issuance.fill_pool_alone`) the app analyses those tables whose
 rows changed more than they had rows when last analysed, as autovacuum would later on (it
 does at a tenth): while a table grows its statistics are refreshed each time it doubles,
