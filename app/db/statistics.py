@@ -8,13 +8,13 @@ tables are nearly empty: a scan of the whole table is then the best plan, and it
 plan while the table grows, until autovacuum analyses it, up to a minute later
 (``autovacuum_naptime``). Measured on the throughput benchmark's fresh database, one worker:
 the answer's statement read 3,500 buffers (1.3 ms) per run instead of about 100, counting
-a repeat's candidates took 30 ms, and one round trip in 40 took 80-155 ms, growing with
-the tables. So after a fill of the pool (one round trip
-in 32, :func:`app.services.issuance.fill_pool_alone`) the app analyses those tables whose
-rows changed more than they had rows when last analysed, as autovacuum would later on (it
-does at a tenth): while a table grows its statistics are refreshed each time it doubles,
-and once autovacuum keeps up this finds nothing to do. Analysing a table invalidates the
-plans kept of it, in every connection.
+a repeat's candidates took 30 ms, and one round trip in 40 took 80-155 ms, growing with the
+tables. So after a fill of the pool (one round trip in 32,
+:func:`app.services.issuance.fill_pool_alone`) the app analyses those tables whose rows
+changed more than they had rows when last analysed, as autovacuum would later on (it does
+at a tenth): while a table grows its statistics are refreshed each time it doubles, and
+once autovacuum keeps up this finds nothing to do. Analysing a table invalidates the plans
+kept of it, in every connection.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def refresh_if_stale(db: Session) -> list[str]:
     try:
         stale = stale_tables(db)
         if stale and db.execute(_ONE_AT_A_TIME, {"key": LOCK_KEY}).scalar_one():
-            # Autovacuum may be analysing one of them: skip rather than wait for it.
+            # Autovacuum may be analysing one of them: wait a moment at most, then skip.
             db.execute(text("SET LOCAL lock_timeout = '100ms'"))
             for table in stale:
                 db.execute(text(f'ANALYZE "{table}"'))  # names from HOT_TABLES

@@ -42,6 +42,7 @@ from app.services.comprf import (
     waiting_for_answers,
 )
 from app.services.projects import hold_project, lock_project
+from app.services.round_trip_sql import Repeatable
 from app.services.sessions import (
     authenticate_session_in_project,
     completion_code,
@@ -213,7 +214,7 @@ def next_query(
     now = utcnow()
     plan = Plan.model_validate(project.plan)
     rng = np.random.default_rng([plan.seed, _session_number(work.id), work.answered, 7])
-    question: Question | OpenQuestion | None
+    question: Repeatable | OpenQuestion | None
     question, is_repeat = _repeat_question(db, work, plan, rng)
     # The order shown is drawn now (a repeated triplet is shown mirrored: no draw), so the
     # draws are the same whichever way the question is found and issued.
@@ -369,22 +370,22 @@ def expire_leases(db: Session, project: Project, now: datetime) -> int:
     return len(expired)
 
 
-# Built once on the table (no ORM bookkeeping): this runs twice per question answered.
+# Built once on the table (no ORM bookkeeping).
 COUNT_PLACES = (
     update(_questions)
     .where(_q.id == bindparam("question"))
     .values(
         live=_q.live + bindparam("live"),
-        answered=_q.answered + bindparam("answered"),
-        is_open=_q.answered + bindparam("answered") + _q.live + bindparam("live") < _q.wanted,
+        is_open=_q.answered + _q.live + bindparam("live") < _q.wanted,
     )
 )
 
 
-def count_places(db: Session, question_id: int, *, live: int = 0, answered: int = 0) -> None:
-    """Shift a question's leased and answered counts in SQL (atomic under concurrency) and
-    keep ``is_open``: whether someone else may still be asked it."""
-    db.execute(COUNT_PLACES, {"question": question_id, "live": live, "answered": answered})
+def count_places(db: Session, question_id: int, *, live: int) -> None:
+    """Shift a question's leased count in SQL (atomic under concurrency) and keep
+    ``is_open``: whether someone else may still be asked it. (A round trip's lease and
+    answer are counted by its own statements, ``round_trip_sql._LEASE`` and ``_PLACE``.)"""
+    db.execute(COUNT_PLACES, {"question": question_id, "live": live})
 
 
 def _session_number(session_id: str) -> int:
@@ -393,7 +394,7 @@ def _session_number(session_id: str) -> int:
 
 def _repeat_question(
     db: Session, work: WorkSession, plan: Plan, rng: np.random.Generator
-) -> tuple[Any, bool]:
+) -> tuple[Repeatable | None, bool]:
     """Now and then, a question this session answered, to be asked again mirrored."""
     if plan.repeat_rate == 0 or work.answered < MIN_ANSWERS_BEFORE_REPEAT:
         return None, False
@@ -456,20 +457,19 @@ def _shown(kind: str, o1: int, o2: int, o3: int | None, swap: bool) -> tuple[int
 def _query_values(
     project: Project,
     work: WorkSession,
-    question: Question | OpenQuestion | dict[str, Any],
+    question: OpenQuestion | Repeatable,
     shown: tuple[int, ...],
     is_repeat: bool,
     now: datetime,
 ) -> dict[str, Any]:
     """The row of a query handing ``question`` to ``work``, with a fresh token."""
-    kind = question["kind"] if isinstance(question, dict) else question.kind
     objects = [*shown, None][:3]
     return {
         "project_id": project.id,
-        "question_id": question["id"] if isinstance(question, dict) else question.id,
+        "question_id": question.id,
         "session_id": work.id,
         "participant_id": work.participant_id,
-        "kind": kind,
+        "kind": question.kind,
         "o1": objects[0],
         "o2": objects[1],
         "o3": objects[2],
@@ -483,9 +483,14 @@ def _query_values(
 
 
 def _issue_repeat(
-    db: Session, project: Project, work: WorkSession, question: Any, swap: bool, now: datetime
+    db: Session,
+    project: Project,
+    work: WorkSession,
+    question: Repeatable,
+    swap: bool,
+    now: datetime,
 ) -> Query:
-    """Hand ``question`` (a row of ``round_trip_sql.repeatable``), which ``work`` answered,
+    """Hand ``question``, which ``work`` answered,
     to it again with a fresh token: a triplet mirrored, a pair in the order drawn
     (``swap``). A repeat takes no place among the question's wanted answers (any other
     question goes through :func:`_issue_existing`)."""
@@ -501,7 +506,7 @@ def _issue_existing(
     db: Session,
     project: Project,
     work: WorkSession,
-    question: Question | OpenQuestion,
+    question: OpenQuestion,
     swap: bool,
     now: datetime,
 ) -> Issued:

@@ -319,6 +319,8 @@ participant's counters and flags after the answer (what ``quality.review_counts`
 the open question (id, kind, o1, o2, o3), or None."""
 
 ShownObject = namedtuple("ShownObject", "index name text image_url")
+Repeatable = namedtuple("Repeatable", "id kind o1 o2 o3 shown_o2 shown_o3")
+"""A question the session could be asked again, and its candidates as they were shown."""
 
 
 def answer(db: Session, params: dict[str, Any]) -> Answered | None:
@@ -365,12 +367,11 @@ def count_repeatable(db: Session, session_id: str, participant_id: int) -> int:
     return first(db.connection(), COUNT_REPEATABLE, params).n
 
 
-def repeatable(db: Session, session_id: str, participant_id: int, pick: int) -> Any:
-    """The ``pick``-th (from 0, in id order) question the session could be asked again: its
-    id, kind, o1, o2, o3, and the candidates as they were shown (``shown_o2``,
-    ``shown_o3``)."""
+def repeatable(db: Session, session_id: str, participant_id: int, pick: int) -> Repeatable | None:
+    """The ``pick``-th (from 0, in id order) question the session could be asked again."""
     params = {"session": session_id, "participant": participant_id, "pick": pick}
-    return first(db.connection(), REPEATABLE, params)
+    row = first(db.connection(), REPEATABLE, params)
+    return None if row is None else Repeatable(*row)
 
 
 def new_questions(
