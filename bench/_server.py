@@ -37,44 +37,48 @@ class Server:
         return iter((self.base, self.key, self.env))
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` and all its descendants (Linux /proc)."""
+@dataclass
+class _Process:
+    ppid: int
+    name: str
+    cpu: float  # user + system seconds
+
+
+def _processes() -> dict[int, _Process]:
+    """Every process on the machine, by pid (Linux /proc)."""
     tick = os.sysconf("SC_CLK_TCK")
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
+    found: dict[int, _Process] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            head, tail = stat.read_text().rsplit(")", 1)
+        except (OSError, ValueError):
             continue  # the process ended while we looked
-        child = int(stat.parent.name)
-        parents[child] = int(fields[1])
-        times[child] = (int(fields[11]) + int(fields[12])) / tick
+        fields = tail.split()
+        name = head.split("(", 1)[1]
+        found[int(stat.parent.name)] = _Process(
+            int(fields[1]), name, (int(fields[11]) + int(fields[12])) / tick
+        )
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` and all its descendants."""
+    processes = _processes()
     tree, frontier = {pid}, [pid]
     while frontier:
         parent = frontier.pop()
-        for child, ppid in parents.items():
-            if ppid == parent and child not in tree:
+        for child, process in processes.items():
+            if process.ppid == parent and child not in tree:
                 tree.add(child)
                 frontier.append(child)
-    return sum(times.get(p, 0.0) for p in tree)
+    return sum(processes[p].cpu for p in tree if p in processes)
 
 
 def postgres_cpu_seconds() -> float:
     """User + system CPU time of every PostgreSQL server process on this machine (its
-    backends, WAL writer, autovacuum…; Linux /proc): what a benchmark's database costs
-    beside the app, when nothing else uses the server."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            name, fields = stat.read_text().rsplit(")", 1)
-        except (OSError, ValueError):
-            continue  # the process ended while we looked
-        if name.endswith("(postgres"):
-            values = fields.split()
-            total += int(values[11]) + int(values[12])
-    return total / tick
+    backends, WAL writer, autovacuum…): what a benchmark's database costs beside the app,
+    when nothing else uses the server."""
+    return sum(p.cpu for p in _processes().values() if p.name == "postgres")
 
 
 @contextmanager
