@@ -5,8 +5,8 @@ next question issued, committed) for ``--sessions`` sessions in turn, ``--rounds
 on a fresh SQLite file or an emptied PostgreSQL database, and prints this process's CPU
 time per round trip (user and system; PostgreSQL's own server is not counted). The plan
 is the throughput benchmark's minus gold and repeats (the usual round trip): questions are
-claimed from the pool the plan fills 32 at a time (``issuance.fill_pool``; the fills are
-counted in, one per 32 questions), ``--redundancy 2`` asks each of them twice.
+claimed from the pool the plan fills ``issuance.POOL_BATCH`` at a time (``fill_pool``; the
+fills are counted in, one per batch), ``--redundancy 2`` asks each of them twice.
 
 CPU time is noisy on a shared machine; for figures that do not depend on the load, count
 instructions with callgrind, collecting only while the round trips run::

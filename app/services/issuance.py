@@ -43,14 +43,15 @@ from app.services.comprf import (
 )
 from app.services.projects import hold_project, lock_project
 from app.services.round_trip_sql import Repeatable
-from app.services.sessions import (
-    authenticate_session_in_project,
-    completion_code,
-    completion_code_hash,
-)
+from app.services.sessions import authenticate_session_in_project, session_code_hash
 
 MAX_PROPOSALS = 100  # proposals tried per fill beyond its batch before it gives up
-POOL_BATCH = 32  # questions a fill creates at once: a project's round trips fill 1 in 32
+# Questions a fill creates at once. On PostgreSQL every round trip that finds the pool empty
+# takes the fill's path (its answer committed, the project waited for, the claim again):
+# with 50 workers a batch of 32 sent many of them there at each refill. Measured at 50
+# workers (bench/worker_throughput.py, in turns): with 2 processes 589-615/s at 32, 668/s
+# at 64, 692-710/s at 128, 728/s at 256; SQLite within its spread.
+POOL_BATCH = 128
 FILL_ATTEMPTS = 5  # fills a request tries before it asks the worker to come back
 MIN_ANSWERS_BEFORE_REPEAT = 3
 EXHAUSTED_MESSAGE = "This study has collected all the answers it needs. Thank you!"
@@ -85,9 +86,22 @@ class Issued:
 @dataclass
 class Prefetched:
     """What storing the answer read for issuing (see round_trip_sql.answer): the first open
-    question the participant has not seen (its id, kind and objects only), or None."""
+    question the participant has not seen (its id, kind and objects only), or None; and
+    that question issued, if the answer's statement issued it (see :class:`Ticket`)."""
 
     open_question: OpenQuestion | None
+    issued: Issued | None = None
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """The query of the session's next question, decided before its answer is stored, so
+    that the answer's statement can issue it too (PostgreSQL: ``round_trip_sql.answer``
+    with ``issue``): the order shown, drawn as :func:`next_query` would draw it after the
+    answer, and the query's token."""
+
+    swap: bool
+    token: str
 
 
 def planner_for(project: Project, plan: Plan | None = None) -> Planner:
@@ -213,7 +227,7 @@ def next_query(
         return Issued(None, done=True)
     now = utcnow()
     plan = Plan.model_validate(project.plan)
-    rng = np.random.default_rng([plan.seed, _session_number(work.id), work.answered, 7])
+    rng = _draws(plan, work.id, work.answered)
     question: Repeatable | OpenQuestion | None
     question, is_repeat = _repeat_question(db, work, plan, rng)
     # The order shown is drawn now (a repeated triplet is shown mirrored: no draw), so the
@@ -251,6 +265,43 @@ def next_query(
     return Issued(query, objects=objects)
 
 
+def ticket_after_answer(db: Session, project: Project, work: WorkSession) -> Ticket | None:
+    """The :class:`Ticket` of the question ``work`` (held, before its answer) is asked next,
+    on PostgreSQL, when :func:`next_query` would issue the open question claimed with the
+    answer; None when it must decide more: the answer ends the session, a repeat is drawn
+    (both need statements of their own), the plan has a comprf strategy (its trees are
+    brought up to date first), or there is no plan. SQLite runs the issue as statements of
+    their own anyway (no data-modifying CTEs): None."""
+    answered = work.answered + 1  # as next_query sees the session after the answer
+    if db.get_bind().dialect.name != "postgresql" or not project.plan:
+        return None
+    if work.finished_at is not None or answered >= work.total:
+        return None
+    plan = Plan.model_validate(project.plan)
+    if comprf_positions(plan):
+        return None
+    rng = _draws(plan, work.id, answered)
+    if _repeat_drawn(plan, answered, rng):
+        return None
+    return Ticket(swap=bool(rng.random() < 0.5), token=secrets.token_urlsafe(24))
+
+
+def issued_with_answer(
+    project: Project,
+    work: WorkSession,
+    question: OpenQuestion,
+    ticket: Ticket,
+    issued: round_trip_sql.IssuedWith,
+    now: datetime,
+) -> Issued:
+    """What :func:`_issue_existing` returns, for the query of ``question`` that the answer's
+    statement issued with ``ticket``."""
+    shown = _shown(question.kind, question.o1, question.o2, question.o3, ticket.swap)
+    query = _query_values(project, work, question, shown, False, now, ticket.token)
+    query["id"] = issued.query_id
+    return Issued(IssuedQuery(**query), objects=[issued.objects[i] for i in shown if i is not None])
+
+
 def hold_for_issuing(db: Session, project: Project) -> bool:
     """Hold the project now, before the round trip locks any question, where issuing needs
     it: always on SQLite (its write lock is held already), and for a plan with a comprf
@@ -270,9 +321,16 @@ def fill_pool_alone(db: Session, project: Project, work: WorkSession) -> bool:
     any other (PostgreSQL: the round trip holds rows that the fill's freeing of leases may
     wait for, so it must not wait for the project while holding them)."""
     lock_project(db, project)
+    # The round trips that found the pool empty together wait for the project in turn: all
+    # but the first find the questions it created, and go on without freeing leases again.
+    if _open_question(db, project, work) is not None:
+        db.commit()
+        return True
+    step = project.plan_step
     available = fill_pool(db, project, work)
     db.commit()
-    statistics.refresh_if_stale(db)  # a fresh database's tables grow fast
+    if project.plan_step != step:  # the plan proposed questions (not only a lease freed)
+        statistics.refresh_if_stale(db)  # a fresh database's tables grow fast
     return available
 
 
@@ -392,13 +450,25 @@ def _session_number(session_id: str) -> int:
     return int(session_id.replace("-", "")[:8], 16)
 
 
+def _draws(plan: Plan, session_id: str, answered: int) -> np.random.Generator:
+    """The draws for the session's question after ``answered`` answers, in this order:
+    whether it is a repeat (:func:`_repeat_drawn`), which one (if so), the order shown."""
+    return np.random.default_rng([plan.seed, _session_number(session_id), answered, 7])
+
+
+def _repeat_drawn(plan: Plan, answered: int, rng: np.random.Generator) -> bool:
+    """Whether the session, after ``answered`` answers, is asked a repeat now (a draw of
+    ``rng`` if the plan asks for repeats and the session answered enough)."""
+    if plan.repeat_rate == 0 or answered < MIN_ANSWERS_BEFORE_REPEAT:
+        return False
+    return bool(rng.random() < plan.repeat_rate)
+
+
 def _repeat_question(
     db: Session, work: WorkSession, plan: Plan, rng: np.random.Generator
 ) -> tuple[Repeatable | None, bool]:
     """Now and then, a question this session answered, to be asked again mirrored."""
-    if plan.repeat_rate == 0 or work.answered < MIN_ANSWERS_BEFORE_REPEAT:
-        return None, False
-    if rng.random() >= plan.repeat_rate:
+    if not _repeat_drawn(plan, work.answered, rng):
         return None, False
     # Counted and picked in SQL: the candidates grow with the session, and loading them all
     # (as this once did) made every repeat cost more than the last. Same draw, same order.
@@ -461,8 +531,9 @@ def _query_values(
     shown: tuple[int, ...],
     is_repeat: bool,
     now: datetime,
+    token: str | None = None,
 ) -> dict[str, Any]:
-    """The row of a query handing ``question`` to ``work``, with a fresh token."""
+    """The row of a query handing ``question`` to ``work``, with ``token`` or a fresh one."""
     objects = [*shown, None][:3]
     return {
         "project_id": project.id,
@@ -475,9 +546,9 @@ def _query_values(
         "o3": objects[2],
         "status": "issued",
         "is_repeat": is_repeat,
-        "token": secrets.token_urlsafe(24),
+        "token": token or secrets.token_urlsafe(24),
         "issued_at": now,
-        "expires_at": now + timedelta(seconds=get_settings().lease_seconds),
+        "expires_at": lease_end(now),
         "answered_at": None,
     }
 
@@ -490,10 +561,9 @@ def _issue_repeat(
     swap: bool,
     now: datetime,
 ) -> Query:
-    """Hand ``question``, which ``work`` answered,
-    to it again with a fresh token: a triplet mirrored, a pair in the order drawn
-    (``swap``). A repeat takes no place among the question's wanted answers (any other
-    question goes through :func:`_issue_existing`)."""
+    """Hand ``question``, which ``work`` answered, to it again with a fresh token: a triplet
+    mirrored, a pair in the order drawn (``swap``). A repeat takes no place among the
+    question's wanted answers (any other question goes through :func:`_issue_existing`)."""
     shown = _shown(question.kind, question.o1, question.o2, question.o3, swap)
     if question.kind == "triplet":
         shown = (question.o1, question.shown_o3, question.shown_o2)  # mirrored
@@ -525,13 +595,18 @@ def _issue_existing(
             "s1": query["o1"],
             "s2": query["o2"],
             "s3": query["o3"],
-            "token": query["token"],
+            "issued_token": query["token"],
             "now": query["issued_at"],
             "expires": query["expires_at"],
         },
         [i for i in shown if i is not None],
     )
     return Issued(IssuedQuery(**query), objects=objects)
+
+
+def lease_end(issued_at: datetime) -> datetime:
+    """When the lease of a query issued at ``issued_at`` ends."""
+    return issued_at + timedelta(seconds=get_settings().lease_seconds)
 
 
 def _json(value: Any) -> str:
@@ -541,7 +616,7 @@ def _json(value: Any) -> str:
 def finish_session(db: Session, work: WorkSession) -> None:
     if work.finished_at is None:
         work.finished_at = utcnow()
-        work.completion_code_hash = completion_code_hash(completion_code(work.id))
+        work.completion_code_hash = session_code_hash(work.id)
 
 
 def query_objects(db: Session, project: Project, query: Query) -> list[Row]:

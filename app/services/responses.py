@@ -18,17 +18,17 @@ from app.services.issuance import (
     Issued,
     OpenQuestion,
     Prefetched,
+    Ticket,
     hold_for_issuing,
+    issued_with_answer,
+    lease_end,
     next_for_session,
     next_query,
+    ticket_after_answer,
 )
 from app.services.projects import project_plan
 from app.services.quality import min_answer_ms, review_counts
-from app.services.sessions import (
-    authenticate_session_in_project,
-    completion_code,
-    completion_code_hash,
-)
+from app.services.sessions import authenticate_session_in_project, session_code_hash
 
 QUALITY_REVIEW_EVERY = 5
 MAX_CLIENT_MS = 24 * 3600 * 1000
@@ -68,8 +68,10 @@ def answer_and_next(
     transaction = db.get_transaction()
     work, project = authenticate_session_in_project(db, session_id, authorization, hold=True)
     held = hold_for_issuing(db, project)
+    # PostgreSQL, the usual case: the answer's statement issues the next question too.
+    ticket = ticket_after_answer(db, project, work)
     work, stored, prefetched = record_answer(
-        db, work, token, choice, client_ms, project=project, commit=False
+        db, work, token, choice, client_ms, project=project, commit=False, ticket=ticket
     )
     if db.get_transaction() is not transaction:
         # A race with the same token ended the transaction (and its hold): issue anew. Not
@@ -78,9 +80,12 @@ def answer_and_next(
             raise TransactionLost
         work, project, issued = next_for_session(db, session_id, authorization)
         return work, project, issued
-    # Having just answered its question, the session holds no other: a session is issued
-    # one at a time, under the same hold.
-    issued = next_query(db, project, work, none_open=stored, prefetched=prefetched, held=held)
+    if prefetched is not None and prefetched.issued is not None:
+        issued = prefetched.issued
+    else:
+        # Having just answered its question, the session holds no other: a session is
+        # issued one at a time, under the same hold.
+        issued = next_query(db, project, work, none_open=stored, prefetched=prefetched, held=held)
     if issued.fill_first:
         if not commit:  # only PostgreSQL asks for it, and there answers are not grouped
             raise RuntimeError("a fill of the pool needs a transaction of its own")
@@ -100,6 +105,7 @@ def record_answer(
     *,
     project: Project | None = None,
     commit: bool = True,
+    ticket: Ticket | None = None,
 ) -> tuple[WorkSession, bool, Prefetched | None]:
     """Store the answer to the query ``token``; a repeat of the same answer stores nothing.
 
@@ -107,7 +113,7 @@ def record_answer(
     issuing (see :class:`~app.services.issuance.Prefetched`). The answer is committed
     before this returns, unless ``commit`` is false: then the caller commits the
     transaction (durable, see :func:`answer_and_next`). ``project``: ``work``'s project, if
-    already read.
+    already read. ``ticket``: issue the open question claimed with it, in the same statement.
     """
     if client_ms is not None and (
         not math.isfinite(client_ms) or not 0 <= client_ms <= MAX_CLIENT_MS
@@ -117,7 +123,7 @@ def record_answer(
     now = utcnow()
     project = project or db.get(Project, work.project_id)
     assert project is not None  # a foreign key guarantees it
-    stored = _store(db, work, project, token, choice, client_ms, now)
+    stored = _store(db, work, project, token, choice, client_ms, now, ticket)
     if stored is None:
         return _not_claimed(db, work, token, choice), False, None
     if commit:
@@ -133,6 +139,7 @@ def _store(
     choice: int,
     client_ms: float | None,
     now: datetime,
+    ticket: Ticket | None,
 ) -> Prefetched | None:
     """The steps of :func:`record_answer` (round_trip_sql.answer): what they read for
     issuing, or None if the question was not claimed (nothing changed)."""
@@ -146,7 +153,11 @@ def _store(
         "source": work.source,
         "client_ms": client_ms,
         "min_ms": min_answer_ms(project),
-        "code_hash": completion_code_hash(completion_code(work.id)),
+        "code_hash": session_code_hash(work.id),
+        "issue": ticket is not None,
+        "swap": ticket is not None and ticket.swap,
+        "issued_token": ticket and ticket.token,
+        "expires": lease_end(now),
     }
     try:
         row = round_trip_sql.answer(db, params)
@@ -164,7 +175,11 @@ def _store(
             review_counts(db, row, plan)  # type: ignore[arg-type]
     if row.open_question is None:
         return Prefetched(None)
-    return Prefetched(OpenQuestion(*row.open_question))
+    question = OpenQuestion(*row.open_question)
+    if row.issued is None or ticket is None:
+        return Prefetched(question)
+    issued = issued_with_answer(project, work, question, ticket, row.issued, now)
+    return Prefetched(question, issued)
 
 
 def _not_claimed(db: Session, work: WorkSession, token: str, choice: int) -> WorkSession:

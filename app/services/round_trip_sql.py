@@ -6,8 +6,7 @@ project run their round trips side by side. Questions are created ahead by the p
 batches (``issuance.fill_pool``, under the project's hold), and a round trip claims one
 open question with ``FOR NO KEY UPDATE SKIP LOCKED`` on PostgreSQL: a question another
 round trip is leasing now is passed over, not waited for. On SQLite the write lock
-serialises every transaction anyway. The usual case is three statements between ``BEGIN``
-and ``COMMIT``:
+serialises every transaction anyway. The steps:
 
 1. lock the session and its participant and read them with the project, unlocked
    (``sessions._SESSION_IN_PROJECT_HELD``). It stays a statement of its own: under READ
@@ -19,6 +18,12 @@ and ``COMMIT``:
    this participant has not seen;
 3. :func:`issue`: lease one more place of the open question; issue the query and read the
    objects shown.
+
+On PostgreSQL the usual case is two statements between ``BEGIN`` and ``COMMIT``: step 3
+runs within step 2's statement when what it needs was decided before it
+(``issuance.Ticket``: not a repeat, not the session's last answer, no comprf strategy),
+the order shown drawn ahead and applied in SQL (``_SHOWN_OPEN``). Otherwise, and on SQLite,
+step 3 is run by ``issuance.next_query`` after step 2.
 
 On PostgreSQL each step is one statement of data-modifying CTEs. They run on one snapshot
 and do not see each other's changes, only what they return; each below reads what it
@@ -65,13 +70,18 @@ _PLACE = """
     UPDATE questions SET live = questions.live - 1, answered = questions.answered + 1,
         is_open = questions.answered + questions.live < questions.wanted
 """
-# A repeat: the session's first answer to the same question.
+# A repeat: the session's first answer to the same question. A question is asked of a
+# participant in one session only (and again there, as a repeat), so the first answer is
+# looked up by participant and question, an index lookup (``CROSS JOIN``: SQLite then
+# searches the queries for the claim's question, not the claim for each of the
+# participant's queries); by session SQLite read all of the session's queries for every
+# answer, repeat or not.
 _FIRST = """
     SELECT answers.a, answers.b, answers.outcome
-    FROM answers
-    JOIN queries ON queries.id = answers.query_id
-    JOIN claim ON claim.is_repeat AND queries.question_id = claim.question_id
-    WHERE queries.session_id = CAST(:session AS VARCHAR) AND NOT queries.is_repeat
+    FROM claim CROSS JOIN queries
+    JOIN answers ON answers.query_id = queries.id
+    WHERE claim.is_repeat AND queries.participant_id = CAST(:participant AS INTEGER)
+      AND queries.question_id = claim.question_id AND NOT queries.is_repeat
     LIMIT 1
 """
 # The answer's row from its query: which objects were chosen, where the choice was shown,
@@ -152,10 +162,12 @@ _COUNTS_RETURNING = """
 """
 # The open question a participant is asked next: still wanted, and not seen by this
 # participant; on PostgreSQL claimed (``{lock}``), passing over those other round trips
-# are claiming now.
+# are claiming now. ``is_open = true``, not ``is_open``: SQLite searches an index only for
+# a comparison, and with the bare column it read all of the project's questions and
+# sorted them, for every claim.
 _OPEN = """
     SELECT {columns} FROM questions
-    WHERE questions.project_id = CAST(:project AS INTEGER) AND questions.is_open
+    WHERE questions.project_id = CAST(:project AS INTEGER) AND questions.is_open = true {stored}
       AND NOT EXISTS (
         SELECT 1 FROM queries
         WHERE queries.participant_id = CAST(:participant AS INTEGER)
@@ -163,6 +175,7 @@ _OPEN = """
     ORDER BY questions.id LIMIT 1 {lock}
 """
 _CLAIM_OPEN = "FOR NO KEY UPDATE OF questions SKIP LOCKED"
+_IF_STORED = "AND EXISTS (SELECT FROM stored)"  # in the answer's statement: only if it stored
 # Questions of the plan, created ahead of the round trips that issue them (no place taken),
 # a fill's batch in one statement: ``:rows`` is a JSON array of rows (``_QUESTION_FIELDS``),
 # inserted in its order (claims take the lowest id first). A key the project has already,
@@ -199,19 +212,34 @@ _SQLITE_NEW_QUESTIONS = f"""
 """
 # One more place of an open question leased (issuance.count_places).
 _LEASE = """
-    UPDATE questions SET live = live + 1, is_open = answered + live + 1 < wanted
-    WHERE id = CAST(:question AS BIGINT)
-    RETURNING id
+    UPDATE questions SET live = questions.live + 1,
+        is_open = questions.answered + questions.live + 1 < questions.wanted
 """
+_LEASE_ONE = f"{_LEASE} WHERE questions.id = CAST(:question AS BIGINT) RETURNING questions.id"
+# The query of a leased question: ``{question}`` gives its id, kind and the objects in the
+# order shown (s1, s2, s3).
 _QUERY = """
     INSERT INTO queries (project_id, question_id, session_id, participant_id, kind, o1, o2,
         o3, status, is_repeat, token, issued_at, expires_at)
     SELECT CAST(:project AS INTEGER), question.id, CAST(:session AS VARCHAR),
-        CAST(:participant AS INTEGER), CAST(:kind AS VARCHAR), CAST(:s1 AS INTEGER),
-        CAST(:s2 AS INTEGER), CAST(:s3 AS INTEGER), 'issued', false,
-        CAST(:token AS VARCHAR), CAST(:now AS TIMESTAMPTZ), CAST(:expires AS TIMESTAMPTZ)
+        CAST(:participant AS INTEGER), question.kind, question.s1, question.s2, question.s3,
+        'issued', false, CAST(:issued_token AS VARCHAR), CAST(:now AS TIMESTAMPTZ),
+        CAST(:expires AS TIMESTAMPTZ)
     FROM {question}
 """
+# The shown order passed in (s1, s2, s3: issuance._shown drew it).
+_SHOWN_GIVEN = """CAST(:kind AS VARCHAR) AS kind, CAST(:s1 AS INTEGER) AS s1,
+    CAST(:s2 AS INTEGER) AS s2, CAST(:s3 AS INTEGER) AS s3"""
+# The shown order of the open question claimed, in SQL: issuance._shown, the draw ``:swap``
+# made before the statement.
+_SHOWN_OPEN = """open.kind,
+    CASE WHEN open.kind <> 'triplet' AND CAST(:swap AS BOOLEAN) THEN open.o2 ELSE open.o1 END
+        AS s1,
+    CASE WHEN open.kind = 'triplet' THEN
+            CASE WHEN CAST(:swap AS BOOLEAN) THEN open.o3 ELSE open.o2 END
+        ELSE CASE WHEN CAST(:swap AS BOOLEAN) THEN open.o1 ELSE open.o2 END END AS s2,
+    CASE WHEN open.kind = 'triplet' THEN
+        CASE WHEN CAST(:swap AS BOOLEAN) THEN open.o2 ELSE open.o3 END END AS s3"""
 # The questions this session answered (not gold) and was not asked again: a repeat's
 # candidates, from the session's own queries (one non-repeat query per question). A question
 # is asked of a participant in one session only, so its repeat is looked up by participant:
@@ -240,15 +268,25 @@ stored AS ({_STORE_INTO} {_STORE} RETURNING id),
 session AS ({_SESSION} FROM stored WHERE sessions.id = CAST(:session AS VARCHAR)
     {_SESSION_RETURNING}),
 counts AS ({_COUNTS} FROM answer, stored WHERE participants.id = CAST(:participant AS INTEGER)
-    {_COUNTS_RETURNING})
+    {_COUNTS_RETURNING}),
+open AS ({_OPEN.format(columns=_OPEN_COLUMNS, lock=_CLAIM_OPEN, stored=_IF_STORED)}),
+question AS ({_LEASE} FROM open WHERE questions.id = open.id AND CAST(:issue AS BOOLEAN)
+    RETURNING questions.id, {_SHOWN_OPEN}),
+query AS ({_QUERY.format(question="question")} RETURNING id, o1, o2, o3)
 SELECT session.answered AS session_answered, session.finished_at AS session_finished_at,
     session.completion_code_hash AS session_code_hash, counts.*,
-    open.id AS q_id, open.kind AS q_kind, open.o1 AS q_o1, open.o2 AS q_o2, open.o3 AS q_o3
+    open.id AS q_id, open.kind AS q_kind, open.o1 AS q_o1, open.o2 AS q_o2, open.o3 AS q_o3,
+    query.id AS query_id,
+    (SELECT json_agg(json_build_array({_OBJECT_COLUMNS})) FROM objects
+     WHERE objects.project_id = CAST(:project AS INTEGER)
+       AND objects."index" IN (query.o1, query.o2, query.o3)) AS shown_objects
 FROM session CROSS JOIN counts
-LEFT JOIN LATERAL ({_OPEN.format(columns=_OPEN_COLUMNS, lock=_CLAIM_OPEN)}) AS open ON true
+LEFT JOIN open ON true
+LEFT JOIN query ON true
 """
 _PG_ISSUE = f"""
-WITH question AS ({_LEASE}),
+WITH leased AS ({_LEASE_ONE}),
+question AS (SELECT leased.id, {_SHOWN_GIVEN} FROM leased),
 query AS ({_QUERY.format(question="question")} RETURNING id, question_id)
 SELECT query.id AS query_id, query.question_id, {_OBJECT_COLUMNS}
 FROM query
@@ -274,10 +312,10 @@ FROM (SELECT gold_correct, server_ms, position, consistent FROM answers WHERE id
     AS answer
 WHERE participants.id = :participant
 {_COUNTS_RETURNING},
-    ({_OPEN.format(columns=f"json_array({_OPEN_COLUMNS})", lock="")}) AS open_question
+    ({_OPEN.format(columns=f"json_array({_OPEN_COLUMNS})", lock="", stored="")}) AS open_question
 """
 _SQLITE_QUERY = f"""
-{_QUERY.format(question="(SELECT CAST(:question AS INTEGER) AS id) AS question")}
+{_QUERY.format(question=f"(SELECT CAST(:question AS INTEGER) AS id, {_SHOWN_GIVEN}) AS question")}
 RETURNING id AS query_id, question_id,
     (SELECT json_group_array(json_array({_OBJECT_COLUMNS})) FROM objects
      WHERE objects.project_id = :project AND objects."index" IN (:s1, :s2, :s3)) AS objects
@@ -286,8 +324,8 @@ RETURNING id AS query_id, question_id,
 ANSWER = Statement(_PG_ANSWER, "")
 ISSUE = Statement(_PG_ISSUE, "")
 OPEN_QUESTION = Statement(
-    _OPEN.format(columns=_OPEN_COLUMNS, lock=_CLAIM_OPEN),
-    _OPEN.format(columns=_OPEN_COLUMNS, lock=""),
+    _OPEN.format(columns=_OPEN_COLUMNS, lock=_CLAIM_OPEN, stored=""),
+    _OPEN.format(columns=_OPEN_COLUMNS, lock="", stored=""),
 )
 CLAIM = Statement(_CLAIM)
 PLACE = Statement(f"{_PLACE} WHERE questions.id = CAST(:question AS BIGINT)")
@@ -297,7 +335,7 @@ SESSION = Statement(
 )
 COUNTS = Statement(None, _SQLITE_COUNTS)
 NEW_QUESTIONS = Statement(_PG_NEW_QUESTIONS, _SQLITE_NEW_QUESTIONS)
-LEASE = Statement(_LEASE)
+LEASE = Statement(_LEASE_ONE)
 QUERY = Statement(None, _SQLITE_QUERY)
 COUNT_REPEATABLE = Statement(f"SELECT count(*) AS n {_REPEATABLE}")
 REPEATABLE = Statement(
@@ -312,13 +350,16 @@ Answered = namedtuple(
     "Answered",
     "session_answered session_finished_at session_code_hash id flagged flag_reason "
     "flag_manual n_answers gold_answers gold_correct fast_answers left_answers sided_answers "
-    "repeats consistent_repeats open_question",
+    "repeats consistent_repeats open_question issued",
 )
 """What :func:`answer` changed and read: the session's count, end and code hash; the
 participant's counters and flags after the answer (what ``quality.review_counts`` reads);
-the open question (id, kind, o1, o2, o3), or None."""
+the open question (id, kind, o1, o2, o3), or None; and, if it issued that question's query
+too (PostgreSQL, ``issue``), the query's id and the objects shown, else None."""
 
 ShownObject = namedtuple("ShownObject", "index name text image_url")
+IssuedWith = namedtuple("IssuedWith", "query_id objects")
+"""The query :func:`answer` issued with the answer: its id, the objects shown by index."""
 Repeatable = namedtuple("Repeatable", "id kind o1 o2 o3 shown_o2 shown_o3")
 """A question the session could be asked again, and its candidates as they were shown."""
 
@@ -326,15 +367,25 @@ Repeatable = namedtuple("Repeatable", "id kind o1 o2 o3 shown_o2 shown_o3")
 def answer(db: Session, params: dict[str, Any]) -> Answered | None:
     """Store the answer to the session's query (``params``: token, session, now, choice,
     project, participant, source, client_ms, min_ms, code_hash); None if the query was not
-    claimed (nothing changed). ``IntegrityError`` if another request stored it first."""
+    claimed (nothing changed). ``IntegrityError`` if another request stored it first.
+
+    On PostgreSQL, with ``issue`` true, the open question claimed is issued in the same
+    statement: ``swap`` (issuance's draw of the order shown), ``issued_token`` and
+    ``expires`` are the new query's; without, the caller issues (SQLite always)."""
     conn = db.connection()
     params = bind(conn, params)
     if conn.dialect.name == "postgresql":
         row = first(conn, ANSWER, params)
         if row is None:
             return None
-        open_question = None if row.q_id is None else (row.q_id, *row[-4:])
-        return Answered(*row[:15], open_question)
+        open_question = None
+        if row.q_id is not None:
+            open_question = (row.q_id, row.q_kind, row.q_o1, row.q_o2, row.q_o3)
+        issued = None
+        if row.query_id is not None:
+            by_index = {shown[0]: ShownObject(*shown) for shown in row.shown_objects}
+            issued = IssuedWith(row.query_id, by_index)
+        return Answered(*row[:15], open_question, issued)
     claimed = first(conn, CLAIM, params)
     if claimed is None:
         return None
@@ -350,6 +401,7 @@ def answer(db: Session, params: dict[str, Any]) -> Answered | None:
         session.completion_code_hash,
         *counts[:12],
         open_question and tuple(open_question),
+        None,
     )
 
 
@@ -389,7 +441,7 @@ def issue(
 ) -> tuple[int, int, list[ShownObject]]:
     """Issue a query of an open question, one more place leased. Returns the query's id, its
     question's and the objects shown, in the order shown. ``params``: project, session,
-    participant, kind, s1, s2, s3 (the objects shown), token, now, expires, question."""
+    participant, kind, s1, s2, s3 (the objects shown), issued_token, now, expires, question."""
     conn = db.connection()
     params = bind(conn, params)
     if conn.dialect.name == "postgresql":

@@ -1,0 +1,124 @@
+"""On PostgreSQL the answer's statement also issues the next question, as drawn before it
+(issuance.Ticket): it must issue exactly what the separate steps issue (next_query), the
+same questions in the same order, each shown in the same order, with repeats between them
+(a repeat is left to the separate steps). SQLite never issues with the answer."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, text
+
+from app.services import issuance, responses, sessions
+from tests.factories import (
+    answer,
+    committed_requests,
+    first_choice,
+    make_objects,
+    make_project,
+    next_query,
+    open_session,
+    set_plan,
+)
+
+ANSWERS = 40
+
+
+def _shown_in_session(
+    client: TestClient,
+    engine: Engine,
+    headers: dict[str, str],
+    slug: str,
+    session_id: str,
+    monkeypatch: Any,
+) -> list[tuple[str, tuple[str, ...]]]:
+    """The questions a new session of a new project ``slug`` is shown, in order: (kind,
+    the objects' names in the order shown). Its id is ``session_id`` (the draws follow it).
+    Each query stored has the objects in the order shown (a left or right choice is read
+    from it)."""
+    make_project(client, headers, slug)
+    make_objects(client, headers, slug, 12)
+    set_plan(
+        client,
+        headers,
+        slug,
+        strategies=[{"kind": "random", "weight": 1}, {"kind": "pairs", "weight": 1}],
+        queries_per_session=ANSWERS,
+        repeat_rate=0.3,
+        gold_rate=0,
+        seed=7,
+    )
+    real_uuid4 = uuid.uuid4
+    given = iter([uuid.UUID(session_id)])
+    monkeypatch.setattr(sessions.uuid, "uuid4", lambda: next(given, None) or real_uuid4())
+    opened, session_headers = open_session(client, slug, participant="w1")
+    monkeypatch.setattr(sessions.uuid, "uuid4", real_uuid4)
+    assert opened == session_id
+    body = next_query(client, opened, session_headers)
+    shown = []
+    stored_order = {}
+    while not body.get("done"):
+        query = body["query"]
+        shown.append((query["kind"], tuple(o["name"] for o in query["objects"])))
+        stored_order[query["token"]] = [*(o["index"] for o in query["objects"]), None][:3]
+        response = answer(client, opened, session_headers, query["token"], first_choice(query))
+        assert response.status_code == 201, response.text
+        body = response.json()["next"]
+    with engine.connect() as connection:
+        rows = connection.execute(
+            text("SELECT token, o1, o2, o3 FROM queries WHERE session_id = :session"),
+            {"session": session_id},
+        )
+        assert {row.token: [row.o1, row.o2, row.o3] for row in rows} == stored_order
+    client.delete(f"/api/projects/{slug}?force=true", headers=headers)
+    return shown
+
+
+def test_answer_issues_what_next_query_issues(
+    app, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tickets: list[Any] = []
+    ticket_after_answer = issuance.ticket_after_answer
+
+    def counted(*args: Any) -> Any:
+        ticket = ticket_after_answer(*args)
+        tickets.append(ticket)
+        return ticket
+
+    # The same draws: session ids alike in what the draws read of them (their first 8 hex
+    # digits, issuance._session_number), projects alike in seed, objects and plan.
+    prefix = uuid.uuid4().hex[:8]
+    with committed_requests(app, engine) as headers, TestClient(app) as client:
+        monkeypatch.setattr(responses, "ticket_after_answer", counted)
+        together = _shown_in_session(
+            client,
+            engine,
+            headers,
+            f"with-{prefix}",
+            f"{prefix}-0000-4000-8000-000000000001",
+            monkeypatch,
+        )
+        monkeypatch.setattr(responses, "ticket_after_answer", lambda *args: None)
+        apart = _shown_in_session(
+            client,
+            engine,
+            headers,
+            f"apart-{prefix}",
+            f"{prefix}-0000-4000-8000-000000000002",
+            monkeypatch,
+        )
+    assert len(together) == ANSWERS
+    assert together == apart
+    issued_with = sum(ticket is not None for ticket in tickets)
+    if engine.dialect.name == "sqlite":
+        # SQLite has no data-modifying CTEs: it always issues in a step of its own.
+        assert issued_with == 0
+    else:
+        # Both paths ran: most answers issued with a ticket, the repeats and the last without.
+        assert ANSWERS // 2 < issued_with < ANSWERS - 1, issued_with
+    assert {kind for kind, _ in together} == {"triplet", "pair"}
+    # Repeats were asked (a question shown twice), so the fallback ran between tickets.
+    assert len({frozenset(names) for _, names in together}) < ANSWERS

@@ -1,0 +1,77 @@
+"""SQLite's plans of the worker round trip's statements: each table is searched through an
+index for the rows it needs, never scanned, and nothing is sorted, so a round trip costs
+the same however many questions, queries and answers the project holds. (Before, the claim
+of an open question read and sorted all of a project's questions, and storing an answer
+read all of its session's queries: CPU per round trip grew from 0.92 to 1.23 ms between a
+session's 40th and 1,000th answer, ``bench/round_trip_cpu.py --sessions 5``.) SQLite plans
+without statistics, so its plans do not change as the tables grow; PostgreSQL's do, and
+``tests/api/test_planner_statistics.py`` keeps its statistics current."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from app.db.driver import Statement
+from app.db.migrate import upgrade
+from app.db.session import make_engine
+from app.services import round_trip_sql
+
+# Every parameter any of the statements takes (the values do not matter to a plan).
+PARAMETERS = {
+    "token": "t",
+    "session": "s",
+    "now": "2026-01-01 00:00:00.000000",
+    "choice": 1,
+    "project": 1,
+    "participant": 1,
+    "query": 1,
+    "answer": 1,
+    "min_ms": 500,
+    "client_ms": 900.0,
+    "code_hash": "h",
+    "source": "crowd",
+    "question": 1,
+    "kind": "triplet",
+    "s1": 1,
+    "s2": 2,
+    "s3": 3,
+    "issued_token": "u",
+    "expires": "2026-01-01 00:10:00.000000",
+    "rows": "[]",
+    "pick": 0,
+}
+# What a round trip runs on SQLite (round_trip_sql): the answer's steps, the issue's, and
+# the claim of an open question when the answer's statement did not claim one.
+GROWING = re.compile(r"\((project_id|session_id|participant_id)=\?\)$")
+HOT = ("CLAIM", "PLACE", "STORE", "SESSION", "COUNTS", "LEASE", "QUERY", "OPEN_QUESTION")
+
+
+@pytest.fixture
+def sqlite_engine(tmp_path: Path) -> Engine:
+    engine = make_engine(f"sqlite:///{tmp_path}/plans.db")
+    upgrade(engine)
+    return engine
+
+
+@pytest.mark.parametrize("name", HOT)
+def test_round_trip_statement_searches_indexes(sqlite_engine: Engine, name: str) -> None:
+    statement: Statement = getattr(round_trip_sql, name)
+    with sqlite_engine.connect() as connection:
+        cursor = connection.connection.cursor()
+        plan = [
+            row[3] for row in cursor.execute(f"EXPLAIN QUERY PLAN {statement.sqlite}", PARAMETERS)
+        ]
+    print(name, *plan, sep="\n  ")
+    # A CTE of the statement's own (claim, first, question) holds a row or none: scanning it
+    # is reading that row. A table of the database is only ever searched.
+    own = {"claim", "first", "question", "answer", "CONSTANT"}
+    scans = [step for step in plan if step.startswith("SCAN") and step.split()[1] not in own]
+    assert not scans, plan
+    assert not [step for step in plan if "TEMP B-TREE" in step], plan
+    # Nor searched for all of a project's, session's or participant's rows: those grow.
+    whole = [step for step in plan if GROWING.search(step)]
+    assert not whole, plan
