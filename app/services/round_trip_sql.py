@@ -109,7 +109,12 @@ _ANSWER = """
 _SERVER_MS = {
     "postgresql": "CAST(EXTRACT(EPOCH FROM CAST(:now AS TIMESTAMPTZ) - claim.issued_at) * 1000"
     " AS DOUBLE PRECISION)",
-    "sqlite": "(julianday(:now) - julianday(claim.issued_at)) * 86400000.0",
+    # SQLite's date functions round to the millisecond, which put server_ms up to 1 ms off.
+    # Whole seconds and the fraction are taken apart from the stored text (always
+    # driver.SQLITE_TIMESTAMP, six digits), so the difference is exact to the microsecond.
+    "sqlite": "(CAST(strftime('%s', substr(:now, 1, 19)) AS INTEGER)"
+    " - CAST(strftime('%s', substr(claim.issued_at, 1, 19)) AS INTEGER)) * 1000.0"
+    " + (CAST(substr(:now, 20) AS REAL) - CAST(substr(claim.issued_at, 20) AS REAL)) * 1000.0",
 }
 _STORE_INTO = """
     INSERT INTO answers (project_id, query_id, kind, a, b, c, outcome, position, choice,
