@@ -1,6 +1,6 @@
-"""Two `tripletlab serve` processes on one PostgreSQL database, workers spread over both and
-switching between them: no question over-issued, every answer stored exactly once, and each
-session goes on on either server."""
+"""Two `tripletlab serve` processes on one database (PostgreSQL, or one SQLite file), workers
+spread over both and switching between them: no question over-issued, every answer stored
+exactly once, and each session goes on on either server."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from app.db.session import make_engine
 from tests.lifecycle.crowd import Worker, acknowledged, check_exactly_once, run_crowd
-from tests.servers import Server, postgres_database
+from tests.servers import Server, database_url
 from tests.training.helpers import make_study
 
 pytestmark = pytest.mark.slow
@@ -20,8 +20,9 @@ N_WORKERS = 12
 ANSWERS = 240
 
 
-def test_two_servers_share_one_postgresql(tmp_path: Path):
-    url = postgres_database("two")
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_two_servers_share_one_database(kind: str, tmp_path: Path):
+    url = database_url(kind, tmp_path, "two")
     first = Server(url, tmp_path / "data").start()
     second = Server(url, tmp_path / "data").start()
     try:
