@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+import sqlite3
+import threading
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -9,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.exc import DisconnectionError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.db.driver import execute
@@ -29,7 +33,10 @@ def make_engine(url: str) -> Engine:
     database = parsed.database
     if database and database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    engine = create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": 30, "factory": WriterLockedConnection},
+    )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
@@ -51,11 +58,13 @@ def make_engine(url: str) -> Engine:
         _record.info["synchronous"] = "NORMAL"
         cursor.execute("PRAGMA busy_timeout=30000")
         cursor.close()
+        if database and database != ":memory:":
+            dbapi_connection.writer = writer_lock(database)
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]
         # A transaction that will write takes the write lock up front (see
-        # begin_write), so two writers wait for each other through busy_timeout
+        # begin_write): first the WriterLock, then SQLite's own, so writers wait in line
         # instead of failing when a read turns into a write.
         options = connection.get_execution_options()
         # SQLite refuses to change the safety level inside a transaction: set it first.
@@ -64,10 +73,121 @@ def make_engine(url: str) -> Engine:
             _run(connection, f"PRAGMA synchronous={level}")
             connection.info["synchronous"] = level
         immediate = options.get("sqlite_immediate", False)
-        _run(connection, "BEGIN IMMEDIATE" if immediate else "BEGIN")
+        if not immediate:
+            _run(connection, "BEGIN")
+            return
+        writer = connection.connection.dbapi_connection
+        try:
+            writer.lock_writer()
+        except sqlite3.OperationalError as error:
+            raise OperationalError("BEGIN IMMEDIATE", None, error) from error
+        try:
+            _run(connection, "BEGIN IMMEDIATE")
+        except BaseException:
+            writer.unlock_writer()
+            raise
 
     _savepoints_on_cursor(engine)
     return engine
+
+
+class WriterLock:
+    """The writer lock of one SQLite database in this process: a thread lock, then
+    ``flock`` on ``<database>-writer`` for the other processes.
+
+    SQLite lets one writer at a time in, and one that finds the database locked polls: its
+    busy handler sleeps 1, 2, 5, 10 … ms between tries, so with two server processes a
+    writer slept for milliseconds after the lock was free and two processes served no
+    more round trips than one (README, worker throughput). A writer waiting here is woken
+    the moment the lock is released (the kernel's ``flock``, the interpreter's lock).
+    SQLite's own lock stays the guarantee; this one only makes the wait for it short.
+
+    Threads wait at most :data:`WRITER_WAIT_S`, as long as SQLite's busy timeout, so a
+    thread that opened a second write transaction while its first is open fails as it did
+    with SQLite alone rather than waiting forever. A process that dies releases its
+    ``flock`` with its files."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.threads = threading.Lock()
+        self.file: int | None = None  # opened at first use, in each process
+
+    def acquire(self) -> None:
+        if not self.threads.acquire(timeout=WRITER_WAIT_S):
+            raise sqlite3.OperationalError(f"database is locked ({WRITER_WAIT_S:.0f} s)")
+        try:
+            if self.file is None:
+                self.file = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(self.file, fcntl.LOCK_EX)  # type: ignore[arg-type]
+        except BaseException:
+            self.threads.release()
+            raise
+
+    def release(self) -> None:
+        fcntl.flock(self.file, fcntl.LOCK_UN)  # type: ignore[arg-type]
+        self.threads.release()
+
+
+WRITER_WAIT_S = 30.0  # SQLite's busy timeout (PRAGMA busy_timeout)
+_writer_locks: dict[str, WriterLock] = {}
+_writer_locks_made = threading.Lock()
+
+
+def _forked() -> None:
+    """In a forked child, which has one thread: its locks as new. The parent's threads
+    that held them are not here to release them, and a ``flock`` on the parent's open
+    file would be shared with the parent rather than exclude it."""
+    global _writer_locks_made
+    _writer_locks_made = threading.Lock()
+    for lock in _writer_locks.values():
+        lock.threads = threading.Lock()
+        lock.file = None
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def writer_lock(database: str) -> WriterLock:
+    """The one :class:`WriterLock` of the SQLite file ``database`` in this process."""
+    path = os.path.realpath(database) + "-writer"
+    with _writer_locks_made:
+        return _writer_locks.setdefault(path, WriterLock(path))
+
+
+class WriterLockedConnection(sqlite3.Connection):
+    """A SQLite connection whose write transactions hold its database's
+    :class:`WriterLock` from before ``BEGIN IMMEDIATE`` until they commit or roll back."""
+
+    writer: WriterLock | None = None  # None: a database in memory, in one process
+    _holding = False
+
+    def lock_writer(self) -> None:
+        if self.writer is not None:
+            self.writer.acquire()
+            self._holding = True
+
+    def unlock_writer(self) -> None:
+        if self._holding:
+            self._holding = False
+            self.writer.release()  # type: ignore[union-attr]
+
+    def commit(self) -> None:
+        try:
+            super().commit()
+        finally:
+            self.unlock_writer()
+
+    def rollback(self) -> None:
+        try:
+            super().rollback()
+        finally:
+            self.unlock_writer()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.unlock_writer()
 
 
 def _savepoints_on_cursor(engine: Engine) -> None:
