@@ -358,7 +358,7 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Port (default: settings).")] = None,
     workers: Annotated[
         int | None,
-        typer.Option(help="Server processes (default: web_workers; 2 on PostgreSQL, 1 on SQLite)."),
+        typer.Option(help="Server processes (default: web_workers, or 2)."),
     ] = None,
 ) -> None:
     """Apply migrations, create the first admin key and the demo, then serve HTTP."""

@@ -24,10 +24,9 @@ class Settings(BaseSettings):
     web_workers: int | None = Field(
         default=None,
         ge=1,
-        description="Server processes `tripletlab serve` starts (uvicorn workers); default 2 "
-        "on PostgreSQL and 1 on SQLite, whose one write lock a second process does not "
-        "share out (bench/worker_throughput.py). One of them runs the job runner unless "
-        "`TRIPLETLAB_RUN_JOBS` is false.",
+        description="Server processes `tripletlab serve` starts (uvicorn workers); default 2, "
+        "on PostgreSQL and on SQLite (bench/worker_throughput.py). One of them runs the job "
+        "runner unless `TRIPLETLAB_RUN_JOBS` is false.",
     )
     data_dir: Path = Field(
         default=Path("./data"),
@@ -128,11 +127,13 @@ class Settings(BaseSettings):
     )
 
     def server_processes(self) -> int:
-        """``web_workers``, or its default for the database: on PostgreSQL a second process
-        carried 43% more answers at 50 workers; on SQLite none (README, worker throughput)."""
+        """``web_workers``, or 2: at 50 workers a second process carried 24-43% more answers
+        on PostgreSQL, and 37% more on SQLite once its writers waited on
+        :class:`app.db.session.WriterLock` (README, worker throughput); at 1 and 10 workers
+        the same within the spread."""
         if self.web_workers is not None:
             return self.web_workers
-        return 2 if self.database_url.startswith("postgresql") else 1
+        return 2
 
 
 @lru_cache
