@@ -250,7 +250,8 @@ def main() -> None:
             phases.append((label, STARTS[what], upload))
 
     database = "PostgreSQL" if args.database_url else "SQLite"
-    processes = 2  # `tripletlab serve`'s default (Settings.server_processes)
+    # `tripletlab serve`'s default (Settings.server_processes), unless the environment says
+    processes = int(os.environ.get("TRIPLETLAB_WEB_WORKERS") or 2)
     print(
         f"\nworker round trips (GET next + POST answer) at {args.rate:.0f}/s; {database}; "
         f"{processes} server process(es), the upload in one of them; load average "
