@@ -11,7 +11,9 @@ with 2).
 
 An upload's import (:mod:`app.services.imports`) writes a chunk per transaction; on SQLite
 each of those takes its turn in the same line, so a worker's request waits for one chunk at
-most, never for the whole import.
+most, never for the whole import. The server's other processes wait for SQLite's writers of
+this one, and this one for theirs, on :class:`app.db.session.WriterLock`: a worker there
+also waits for one chunk at most.
 """
 
 from __future__ import annotations
