@@ -31,8 +31,10 @@ def make_engine(url: str) -> Engine:
         return engine
 
     database = parsed.database
+    writer = None  # a database in memory is one connection's: no other writer to wait for
     if database and database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
+        writer = writer_lock(database)
     engine = create_engine(
         url,
         connect_args={"check_same_thread": False, "timeout": 30, "factory": WriterLockedConnection},
@@ -58,8 +60,7 @@ def make_engine(url: str) -> Engine:
         _record.info["synchronous"] = "NORMAL"
         cursor.execute("PRAGMA busy_timeout=30000")
         cursor.close()
-        if database and database != ":memory:":
-            dbapi_connection.writer = writer_lock(database)
+        dbapi_connection.writer = writer
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]
@@ -76,15 +77,15 @@ def make_engine(url: str) -> Engine:
         if not immediate:
             _run(connection, "BEGIN")
             return
-        writer = connection.connection.dbapi_connection
+        locked = connection.connection.dbapi_connection
         try:
-            writer.lock_writer()
+            locked.lock_writer()
         except sqlite3.OperationalError as error:
             raise OperationalError("BEGIN IMMEDIATE", None, error) from error
         try:
             _run(connection, "BEGIN IMMEDIATE")
         except BaseException:
-            writer.unlock_writer()
+            locked.unlock_writer()
             raise
 
     _savepoints_on_cursor(engine)
@@ -158,7 +159,7 @@ class WriterLockedConnection(sqlite3.Connection):
     """A SQLite connection whose write transactions hold its database's
     :class:`WriterLock` from before ``BEGIN IMMEDIATE`` until they commit or roll back."""
 
-    writer: WriterLock | None = None  # None: a database in memory, in one process
+    writer: WriterLock | None = None  # None: a database in memory
     _holding = False
 
     def lock_writer(self) -> None:
