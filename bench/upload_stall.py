@@ -44,6 +44,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from _server import reset_postgres, running_server
 from serving_latency import summary
 
+from app.config import Settings
+
 
 def objects_csv(mib: float) -> bytes:
     """An objects CSV of about ``mib`` MiB."""
@@ -250,8 +252,8 @@ def main() -> None:
             phases.append((label, STARTS[what], upload))
 
     database = "PostgreSQL" if args.database_url else "SQLite"
-    # `tripletlab serve`'s default (Settings.server_processes), unless the environment says
-    processes = int(os.environ.get("TRIPLETLAB_WEB_WORKERS") or 2)
+    # As `tripletlab serve` decides, from the environment the server is started with.
+    processes = Settings().server_processes()
     print(
         f"\nworker round trips (GET next + POST answer) at {args.rate:.0f}/s; {database}; "
         f"{processes} server process(es), the upload in one of them; load average "

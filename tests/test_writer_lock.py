@@ -88,7 +88,7 @@ _OTHER_WRITER = """
 import sys
 from sqlalchemy import text
 from sqlalchemy.orm import Session
-from app.db.session import begin_write, make_engine, writer_lock
+from app.db.session import begin_write, make_engine
 
 with Session(make_engine(f"sqlite:///{sys.argv[1]}")) as db:
     print("waiting", flush=True)
