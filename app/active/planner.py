@@ -116,19 +116,29 @@ class Planner:
         open_positions = self.open_strategies(state)
         if not open_positions:
             return None
-        rng = step_rng(self.seed, step)
-        if self.gold_source is not None and rng.random() < self.gold_rate:
-            position = next(
-                (i for i, p in enumerate(self.planned) if p.strategy is self.gold_source), -1
-            )
-            return position, self.gold_source.propose({}, step)
+        # The step's generator is built only when something is drawn from it: a plan of one
+        # open strategy and no gold draws nothing (building it was more than half of a
+        # random triplet's cost, measured; the pool is filled 128 questions at a time).
+        rng = None
+        if self.gold_source is not None:
+            rng = step_rng(self.seed, step)
+            if rng.random() < self.gold_rate:
+                position = next(
+                    (i for i, p in enumerate(self.planned) if p.strategy is self.gold_source), -1
+                )
+                return position, self.gold_source.propose({}, step)
         # A strategy with nothing to ask now (comprf waiting for answers) yields to the others.
         while open_positions:
-            weights = [self.planned[i].weight for i in open_positions]
-            total = sum(weights)
-            position = open_positions[
-                int(rng.choice(len(open_positions), p=[w / total for w in weights]))
-            ]
+            if len(open_positions) == 1:
+                position = open_positions[0]  # what any draw would choose; none is read after
+            else:
+                if rng is None:
+                    rng = step_rng(self.seed, step)
+                weights = [self.planned[i].weight for i in open_positions]
+                total = sum(weights)
+                position = open_positions[
+                    int(rng.choice(len(open_positions), p=[w / total for w in weights]))
+                ]
             strategy = self.planned[position].strategy
             proposal = strategy.propose(state["strategies"][position], step)
             if proposal is not None:
