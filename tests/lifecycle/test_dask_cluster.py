@@ -59,11 +59,13 @@ def cluster(tmp_path_factory) -> Iterator[str]:  # type: ignore[no-untyped-def]
             client.wait_for_workers(2, timeout=180)
         yield address
     finally:
+        # A nanny caught restarting its worker can ignore SIGTERM until a timeout (seen: 30 s
+        # of the full suite's teardown): the cluster is ours alone, so a short grace will do.
         for process in reversed(processes):
             os.killpg(process.pid, signal.SIGTERM)
         for process in processes:
             try:
-                process.wait(timeout=30)
+                process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=30)
