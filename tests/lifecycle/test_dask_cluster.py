@@ -59,8 +59,9 @@ def cluster(tmp_path_factory) -> Iterator[str]:  # type: ignore[no-untyped-def]
             client.wait_for_workers(2, timeout=180)
         yield address
     finally:
-        # A nanny caught restarting its worker can ignore SIGTERM until a timeout (seen: 30 s
-        # of the full suite's teardown): the cluster is ours alone, so a short grace will do.
+        # Some process of the cluster once outlived SIGTERM by the whole grace (30 s of a full
+        # run's teardown; not seen when the module runs alone, cause not found): the cluster
+        # is the test's alone, so a short grace, then SIGKILL.
         for process in reversed(processes):
             os.killpg(process.pid, signal.SIGTERM)
         for process in processes:
