@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -45,6 +46,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import psutil
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _server import cpu_seconds, free_port, postgres_cpu_seconds, reset_postgres, running_server
@@ -222,6 +224,7 @@ class Run:
     server_cpu_ms: float  # the system's processes' CPU per round trip
     client_cpu_ms: float  # this process's CPU per round trip
     database_cpu_ms: float | None  # PostgreSQL's own processes' CPU per round trip, if used
+    connections: str = "-"  # the client's connections per server process, mid-run ("44/6")
 
 
 @dataclass
@@ -241,9 +244,14 @@ def timed(system: System, n_workers: int, seconds: float) -> Run:
     server_before = sum(cpu_seconds(p) for p in system.pids)
     database_before = postgres_cpu_seconds() if system.on_postgres else 0.0
     client_before = time.process_time()
+    port = int(system.base.rsplit(":", 1)[1])
+    split: list[str] = []
+    counter = threading.Timer(seconds / 2, lambda: split.append(connection_split(system, port)))
     started = time.perf_counter()
+    counter.start()
     tally = run_loop(drive(system.base, sessions, seconds, system.worker))
     elapsed = time.perf_counter() - started
+    counter.join()
     server_cpu = sum(cpu_seconds(p) for p in system.pids) - server_before
     database_cpu = postgres_cpu_seconds() - database_before if system.on_postgres else None
     client_cpu = time.process_time() - client_before
@@ -257,7 +265,26 @@ def timed(system: System, n_workers: int, seconds: float) -> Run:
         server_cpu * 1000 / count,
         client_cpu * 1000 / count,
         None if database_cpu is None else database_cpu * 1000 / count,
+        split[0] if split else "-",
     )
+
+
+def connection_split(system: System, port: int) -> str:
+    """How many of the client's connections each process of ``system`` holds now, most
+    first ("44/6"): processes that share one listening socket need not share the load."""
+    counts = []
+    for root in system.pids:
+        for pid in process_tree(root):
+            with suppress(psutil.Error):
+                sockets = psutil.Process(pid).net_connections("tcp")
+                held = sum(
+                    1
+                    for c in sockets
+                    if c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == port
+                )
+                if held:
+                    counts.append(held)
+    return "/".join(str(n) for n in sorted(counts, reverse=True)) or "-"
 
 
 # --strategy adaptive (issue 12): the plan's one strategy is `adaptive` (t-STE, refit every
@@ -541,8 +568,8 @@ def report(
         )
     )
     header = ("system", "workers", "round trips/s", "p50 ms", "p99 ms", "errors")
-    header += ("vs ceiling", "vs Salmon", "server CPU", "db CPU", "client CPU")
-    line = "{:42s} {:>7s} {:>16s} {:>8s} {:>8s} {:>6s} {:>10s} {:>9s} {:>10s} {:>10s} {:>10s}"
+    header += ("vs ceiling", "vs Salmon", "server CPU", "db CPU", "client CPU", "connections")
+    line = "{:42s} {:>7s} {:>16s} {:>8s} {:>8s} {:>6s} {:>10s} {:>9s} {:>10s} {:>10s} {:>10s}  {}"
     print(line.format(*header))
     for row in rows:
         for n in workers:
@@ -566,13 +593,16 @@ def report(
                     f"{server:.2f} ms",
                     f"{statistics.fmean(database):.2f} ms" if database else "-",
                     f"{client:.2f} ms",
+                    " ".join(r.connections for r in done),
                 )
             )
     print(
         "round trips/s: mean ± sd over runs; latencies pooled; CPU per round trip, mean of runs "
         "(2 cores = 2,000 ms of CPU per second); db CPU: the PostgreSQL server's own processes "
         "(every one on the machine). Ours and the ceiling: one POST per question "
-        "(its 201 carries the next question); Salmon: GET /query + POST /answer."
+        "(its 201 carries the next question); Salmon: GET /query + POST /answer. "
+        "connections: the client's connections held by each server process, counted mid-run, "
+        "one figure per run."
     )
 
 
