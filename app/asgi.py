@@ -1,5 +1,5 @@
 """The ASGI application uvicorn serves (``app.asgi:app``)."""
 
-from app.main import create_app
+from app.main import serve_app
 
-app = create_app()
+app = serve_app()

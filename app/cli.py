@@ -388,7 +388,7 @@ def serve(
         # The worker processes stop with this one, even when it is killed (app.main).
         os.environ[SUPERVISOR_PID] = str(os.getpid())
     uvicorn.run(
-        "app.main:create_app",
+        "app.main:serve_app",
         factory=True,
         host=host,
         port=port,
