@@ -20,6 +20,7 @@ from app.active.scoring import (
 )
 from app.learning.embedding import TSTE, triplet_accuracy
 from app.learning.triplets import make_oracle
+from app.training.kinds.embedding import EmbeddingParams
 
 
 def test_without_a_batch_every_question_is_random_and_replayable():
@@ -186,7 +187,9 @@ def test_noise_free_answers_to_adaptive_questions_keep_improving_the_embedding()
     """The diagnostic of issue 12, small: a noise-free crowd answers the strategy's questions,
     a t-STE model is refit every 20 answers as the service does. Before the fixes the
     held-out accuracy fell as answers were added (0.81 at 320 answers, 0.73 at 440 on
-    blobs30) and a quarter of the questions were repeats."""
+    blobs30) and a quarter of the questions were repeats. With one random start a refit
+    now and then stopped in a poor stationary point (0.845 at 480 answers on one machine,
+    whose arithmetic differs in its last bits): the kind starts ``n_init`` times."""
     rng = np.random.default_rng(12)
     n = 30
     X = rng.normal(scale=4.0, size=(3, 2))[np.arange(n) % 3] + rng.normal(size=(n, 2))
@@ -194,6 +197,7 @@ def test_noise_free_answers_to_adaptive_questions_keep_improving_the_embedding()
     test = np.array([rng.choice(n, 3, replace=False) for _ in range(2000)])
     test = np.where(oracle(*test.T)[:, None], test, test[:, [0, 2, 1]])
     strategy = AdaptiveTriplets(n, {"refresh_every": 20}, seed=0)
+    service = EmbeddingParams(method="tste")  # the embedding kind's fit, as a refit job runs it
     state: dict = {}
     answered = []
     accuracy = {}
@@ -202,7 +206,7 @@ def test_noise_free_answers_to_adaptive_questions_keep_improving_the_embedding()
         answered.append((a, b, c) if oracle([a], [b], [c])[0] else (a, c, b))
         if (step + 1) % 20 == 0:
             T = np.array(answered)
-            model = TSTE(random_state=0).fit(T, n)
+            model = TSTE(n_init=service.n_init, random_state=service.random_state).fit(T, n)
             state = strategy.refreshed_state(state, T, embedding=model.embedding_)
             accuracy[step + 1] = triplet_accuracy(model.embedding_, test)
     keys = {(a, min(b, c), max(b, c)) for a, b, c in answered}

@@ -33,6 +33,13 @@ EMBEDDINGS = {"soe": SOE, "tste": TSTE, "ckl": CKL, "gnmds": GNMDS}
 class EmbeddingParams(Params):
     method: Literal["soe", "tste", "ckl", "gnmds"] = "soe"
     dims: int = Field(default=2, ge=1, le=50)
+    n_init: int = Field(
+        default=3,
+        ge=1,
+        le=20,
+        description="Random starts; the fit of lowest loss is kept (the objectives are not "
+        "convex).",
+    )
 
 
 def requirements(data: TrainingData, params: EmbeddingParams) -> list[str]:
@@ -41,8 +48,11 @@ def requirements(data: TrainingData, params: EmbeddingParams) -> list[str]:
 
 def train(data: TrainingData, params: EmbeddingParams, progress: Progress) -> Trained:
     def fit(triplets: np.ndarray, start: float, span: float):  # type: ignore[no-untyped-def]
+        # Several starts: one start landed in a poor stationary point now and then (t-STE
+        # on 480 answers of 30 objects: loss 0.483 and held-out accuracy 0.845, where five
+        # other starts reached 0.463-0.466 and 0.955-0.968; tests/active/test_adaptive.py).
         model = EMBEDDINGS[params.method](
-            n_components=params.dims, random_state=params.random_state
+            n_components=params.dims, n_init=params.n_init, random_state=params.random_state
         )
         return model.fit(
             triplets,
