@@ -395,6 +395,8 @@ def serve(
         workers=processes,
         log_level="warning",
         access_log=False,  # hidden at "warning" anyway, but each line was still formatted
+        proxy_headers=True,
+        forwarded_allow_ips=settings.forwarded_allow_ips,
     )
 
 

@@ -21,6 +21,14 @@ class Settings(BaseSettings):
     )
     host: str = Field(default="127.0.0.1", description="Address `tripletlab serve` binds to.")
     port: int = Field(default=8000, description="Port `tripletlab serve` listens on.")
+    forwarded_allow_ips: str = Field(
+        default="127.0.0.1",
+        description="Addresses (comma-separated, or *) of the reverse proxies whose "
+        "X-Forwarded-For and X-Forwarded-Proto `tripletlab serve` trusts: a request from one "
+        "of them counts as from the address the proxy names (rate limits per address, the "
+        "scheme of worker links). Behind a proxy on another host, name it here, or every "
+        "client has the proxy's address and shares its rate limit.",
+    )
     web_workers: int | None = Field(
         default=None,
         ge=1,

@@ -126,3 +126,8 @@ def test_proxy_spreads_requests_over_the_app_replicas():
     body_mb = int(re.search(r"client_max_body_size (\d+)m;", conf).group(1))
     assert body_mb >= Settings.model_fields["max_upload_mb"].default
     assert proxy["depends_on"] == ["app"]
+    # The app trusts the proxy's X-Forwarded-For (each client its own rate limit), which
+    # the proxy sets; trusting any sender is safe only as the app publishes no port.
+    assert "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;" in conf
+    assert app["environment"]["TRIPLETLAB_FORWARDED_ALLOW_IPS"] == "*"
+    assert "ports" not in app

@@ -9,7 +9,8 @@ worker round trip's database budget is untouched.
 
 Limits are per process: with ``TRIPLETLAB_WEB_WORKERS`` > 1 a client may get up to that
 many times the configured rate. Behind a reverse proxy every client has the proxy's
-address unless uvicorn is told to trust its forwarded headers (``--forwarded-allow-ips``).
+address unless the server trusts the proxy's forwarded headers
+(``TRIPLETLAB_FORWARDED_ALLOW_IPS``, which ``tripletlab serve`` hands to uvicorn).
 """
 
 from __future__ import annotations
