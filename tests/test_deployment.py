@@ -127,7 +127,10 @@ def test_proxy_spreads_requests_over_the_app_replicas():
     assert body_mb >= Settings.model_fields["max_upload_mb"].default
     assert proxy["depends_on"] == ["app"]
     # The app trusts the proxy's X-Forwarded-For (each client its own rate limit), which
-    # the proxy sets; trusting any sender is safe only as the app publishes no port.
-    assert "proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;" in conf
+    # the proxy sets to the client's address alone (uvicorn, trusting every sender, takes
+    # the header's first address: appended to, it would be the client's choice); trusting
+    # any sender is safe only as the app publishes no port.
+    assert "proxy_set_header X-Forwarded-For $remote_addr;" in conf
+    assert "$proxy_add_x_forwarded_for" not in conf
     assert app["environment"]["TRIPLETLAB_FORWARDED_ALLOW_IPS"] == "*"
     assert "ports" not in app
