@@ -145,7 +145,7 @@ def serve_app() -> FastAPI:
 
     A server process holds ~230,000 objects once started (the libraries, the app and its
     routes), and Python's full collection walks every one of them: ~135 ms, during which the
-    process answers nobody. Under load one came every second or two, so they made the
+    process answers nobody. Under load one came every one to three seconds, so they made the
     slowest answers: at 50 workers a process's full collections took up to 291 ms each, and
     p99 was 428 ms on PostgreSQL and 192 ms on SQLite. Frozen objects are left out of every
     collection (``gc.freeze``: they live for the process's life anyway); full collections
