@@ -467,7 +467,8 @@ def _repeat_drawn(plan: Plan, answered: int, rng: np.random.Generator) -> bool:
 def _repeat_question(
     db: Session, work: WorkSession, plan: Plan, rng: np.random.Generator
 ) -> tuple[Repeatable | None, bool]:
-    """Now and then, a question this session answered, to be asked again mirrored."""
+    """Now and then, a question this session answered (one of its last
+    ``round_trip_sql.REPEAT_WINDOW`` answers), to be asked again mirrored."""
     if not _repeat_drawn(plan, work.answered, rng):
         return None, False
     # Counted and picked in SQL: the candidates grow with the session, and loading them all

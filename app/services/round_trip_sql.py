@@ -245,14 +245,23 @@ _SHOWN_OPEN = """open.kind,
         ELSE CASE WHEN CAST(:swap AS BOOLEAN) THEN open.o1 ELSE open.o2 END END AS s2,
     CASE WHEN open.kind = 'triplet' THEN
         CASE WHEN CAST(:swap AS BOOLEAN) THEN open.o2 ELSE open.o3 END END AS s3"""
-# The questions this session answered (not gold) and was not asked again: a repeat's
-# candidates, from the session's own queries (one non-repeat query per question). A question
-# is asked of a participant in one session only, so its repeat is looked up by participant:
-# an index lookup whatever the planner believes of the tables (by session, with no
-# statistics yet, it re-read all the session's queries for each candidate).
-_REPEATABLE = """
+# The questions this session answered (not gold) among its last REPEAT_WINDOW answered
+# queries, and was not asked again: a repeat's candidates, from the session's own queries
+# (one non-repeat query per question). The window bounds a repeat's cost: over all the
+# session's queries it grew with the session, and a session of ~1,700 answers made SQLite
+# with 2 processes fall from 1,306 to 855 round trips/s at 50 workers
+# (bench/results/worker_throughput_steady.txt); a session within the window draws as before.
+# A question is asked of a participant in one session only, so its repeat is looked up by
+# participant: an index lookup whatever the planner believes of the tables (by session, with
+# no statistics yet, it re-read all the session's queries for each candidate).
+REPEAT_WINDOW = 256
+_REPEATABLE = f"""
     FROM queries JOIN questions ON questions.id = queries.question_id
     WHERE queries.session_id = CAST(:session AS VARCHAR) AND queries.status = 'answered'
+      AND queries.id >= COALESCE((
+        SELECT recent.id FROM queries AS recent
+        WHERE recent.session_id = CAST(:session AS VARCHAR) AND recent.status = 'answered'
+        ORDER BY recent.id DESC LIMIT 1 OFFSET {REPEAT_WINDOW - 1}), 0)
       AND NOT queries.is_repeat AND questions.gold_choice IS NULL
       AND NOT EXISTS (
         SELECT 1 FROM queries AS again
@@ -418,8 +427,8 @@ def open_question(db: Session, project_id: int, participant_id: int) -> tuple | 
 
 
 def count_repeatable(db: Session, session_id: str, participant_id: int) -> int:
-    """How many questions the session (of ``participant_id``) could be asked again (see
-    ``_REPEATABLE``)."""
+    """How many questions the session (of ``participant_id``) could be asked again: those of
+    its last :data:`REPEAT_WINDOW` answered queries that qualify (see ``_REPEATABLE``)."""
     params = {"session": session_id, "participant": participant_id}
     return first(db.connection(), COUNT_REPEATABLE, params).n
 

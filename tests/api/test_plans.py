@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import select
 
+from app.db.models import Query
+from app.services import round_trip_sql
 from tests.factories import (
     answer_all,
     make_objects,
@@ -145,3 +148,20 @@ def test_mirrored_repeats_measure_self_consistency(client, auth_headers, project
     assert row["consistency"] == 0.0
     assert row["position_bias"] == 1.0
     assert next_query(client, session_id, headers)["done"] is True
+
+
+def test_a_long_session_repeats_one_of_its_last_answers(client, auth_headers, project, db):
+    """A repeat's candidates are the session's last ``REPEAT_WINDOW`` answered questions, so a
+    repeat costs the same however long the session is (it once walked every answer of the
+    session, and long sessions slowed the writer down; see round_trip_sql)."""
+    window = round_trip_sql.REPEAT_WINDOW
+    set_plan(client, auth_headers, "plans", repeat_rate=0.2, queries_per_session=window + 150)
+    session_id, headers = open_session(client, "plans")
+    answer_all(client, session_id, headers)
+    queries = db.scalars(select(Query).where(Query.session_id == session_id).order_by(Query.id))
+    asked = list(queries)
+    assert len(asked) == window + 150 and all(q.status == "answered" for q in asked)
+    first_asked = {q.question_id: i for i, q in enumerate(asked) if not q.is_repeat}
+    repeats = [(i, i - first_asked[q.question_id]) for i, q in enumerate(asked) if q.is_repeat]
+    assert sum(i > window for i, _ in repeats) >= 10  # many repeats drawn past the window
+    assert max(gap for _, gap in repeats) <= window  # each of the last `window` answered
