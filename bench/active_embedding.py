@@ -69,7 +69,7 @@ from app.active.passive import RandomTriplets  # noqa: E402
 from app.active.scoring import CRITERIA  # noqa: E402
 from app.learning.embedding import TSTE, triplet_accuracy  # noqa: E402
 from app.learning.triplets import make_oracle  # noqa: E402
-from app.training.kinds.embedding import EmbeddingParams  # noqa: E402
+from app.training.kinds.embedding import EmbeddingParams, estimator  # noqa: E402
 
 SALMON_PYTHON = ROOT / "bench" / ".salmon" / "salmon-venv" / "bin" / "python"
 N_TEST = 3000
@@ -142,12 +142,7 @@ def fit(n: int, dims: int, triplets: np.ndarray) -> np.ndarray:
 def refit(n: int, dims: int, triplets: np.ndarray) -> np.ndarray:
     """The model ``adaptive`` follows: t-STE with the embedding kind's defaults (``n_init``
     starts; one before 2026-11-24's sixth session)."""
-    service = EmbeddingParams(method="tste")
-    return (
-        TSTE(n_components=dims, n_init=service.n_init, random_state=service.random_state)
-        .fit(triplets, n)
-        .embedding_
-    )
+    return estimator(EmbeddingParams(method="tste", dims=dims)).fit(triplets, n).embedding_
 
 
 def scores(data: Dataset, test: np.ndarray, embedding: np.ndarray) -> tuple[float, float]:

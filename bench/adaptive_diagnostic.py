@@ -32,8 +32,9 @@ sys.path.insert(0, str(ROOT))
 
 from app.active.adaptive import AdaptiveTriplets  # noqa: E402
 from app.active.scoring import CRITERIA  # noqa: E402
-from app.learning.embedding import TSTE, triplet_accuracy  # noqa: E402
+from app.learning.embedding import triplet_accuracy  # noqa: E402
 from app.learning.triplets import make_oracle  # noqa: E402
+from app.training.kinds.embedding import EmbeddingParams, estimator  # noqa: E402
 
 
 def blobs30() -> np.ndarray:
@@ -80,7 +81,7 @@ def main() -> None:
         if done % args.refresh:
             continue
         T = answered[:done]
-        model = TSTE(random_state=0).fit(T, n)
+        model = estimator(EmbeddingParams(method="tste")).fit(T, n)
         state = strategy.refreshed_state(state, T, embedding=model.embedding_)
         if done % args.every:
             continue

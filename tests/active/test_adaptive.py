@@ -18,9 +18,9 @@ from app.active.scoring import (
     rank_embedding_triplets,
     rank_kernel_triplets,
 )
-from app.learning.embedding import TSTE, triplet_accuracy
+from app.learning.embedding import triplet_accuracy
 from app.learning.triplets import make_oracle
-from app.training.kinds.embedding import EmbeddingParams
+from app.training.kinds.embedding import EmbeddingParams, estimator
 
 
 def test_without_a_batch_every_question_is_random_and_replayable():
@@ -206,7 +206,7 @@ def test_noise_free_answers_to_adaptive_questions_keep_improving_the_embedding()
         answered.append((a, b, c) if oracle([a], [b], [c])[0] else (a, c, b))
         if (step + 1) % 20 == 0:
             T = np.array(answered)
-            model = TSTE(n_init=service.n_init, random_state=service.random_state).fit(T, n)
+            model = estimator(service).fit(T, n)
             state = strategy.refreshed_state(state, T, embedding=model.embedding_)
             accuracy[step + 1] = triplet_accuracy(model.embedding_, test)
     keys = {(a, min(b, c), max(b, c)) for a, b, c in answered}
