@@ -367,6 +367,7 @@ def serve(
     from app.db.migrate import upgrade
     from app.services.auth import ensure_admin_key
     from app.services.demo import DEMO_SLUG, create_demo
+    from app.supervisor import PortInUse, serve_processes
 
     settings = get_settings()
     host = host or settings.host
@@ -384,20 +385,27 @@ def serve(
     if settings.demo:
         typer.echo(f"Demo worker page: http://{host}:{port}/w/{DEMO_SLUG}")
     processes = workers or settings.server_processes()
-    if processes > 1:
-        # The worker processes stop with this one, even when it is killed (app.main).
-        os.environ[SUPERVISOR_PID] = str(os.getpid())
-    uvicorn.run(
-        "app.main:serve_app",
-        factory=True,
-        host=host,
-        port=port,
-        workers=processes,
-        log_level="warning",
-        access_log=False,  # hidden at "warning" anyway, but each line was still formatted
-        proxy_headers=True,
-        forwarded_allow_ips=settings.forwarded_allow_ips,
-    )
+    config = {
+        "app": "app.main:serve_app",
+        "factory": True,
+        "host": host,
+        "port": port,
+        "log_level": "warning",
+        "access_log": False,  # hidden at "warning" anyway, but each line was still formatted
+        "proxy_headers": True,
+        "forwarded_allow_ips": settings.forwarded_allow_ips,
+    }
+    if processes == 1:
+        uvicorn.run(**config)
+        return
+    # The worker processes stop with this one, even when it is killed (app.supervisor).
+    os.environ[SUPERVISOR_PID] = str(os.getpid())
+    try:
+        status = serve_processes(config, processes)
+    except PortInUse as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from error
+    raise typer.Exit(status)
 
 
 if __name__ == "__main__":

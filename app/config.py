@@ -32,7 +32,8 @@ class Settings(BaseSettings):
     web_workers: int | None = Field(
         default=None,
         ge=1,
-        description="Server processes `tripletlab serve` starts (uvicorn workers); default 2, "
+        description="Server processes `tripletlab serve` starts (each a uvicorn server on a "
+        "socket of its own, app/supervisor.py); default 2, "
         "on PostgreSQL and on SQLite (bench/worker_throughput.py). One of them runs the job "
         "runner unless `TRIPLETLAB_RUN_JOBS` is false.",
     )

@@ -1,11 +1,18 @@
-"""The worker processes of a multi-process `tripletlab serve`: they stop with their
-supervisor, and one of them runs the job runner.
+"""The multi-process `tripletlab serve`: its supervisor, and how its worker processes stop
+with it and elect one job runner.
 
-uvicorn's supervisor stops its workers when it is stopped politely (SIGTERM, SIGINT), but a
-supervisor killed outright (``kill -9``, the OOM killer) leaves them serving on its socket,
-where a restarted server cannot bind. Each worker therefore asks Linux for SIGTERM when its
-parent dies (``prctl(PR_SET_PDEATHSIG)``) and shuts down as on a polite stop: requests
-finish, the job runner stops, its running jobs are re-queued.
+Each worker process listens on a socket of its own, bound to the same port with
+``SO_REUSEPORT``, so that the kernel spreads new connections over the processes evenly (by a
+hash of each connection's addresses). uvicorn's own supervisor hands every worker one shared
+socket, and whichever worker wakes first accepts every connection waiting: the benchmark's 50
+connections, opened together, split 42/8 or 44/6, leaving one process with most of the work
+and its requests with a queue twice as long (bench/worker_throughput.py counts the split).
+
+uvicorn's supervisor stops its workers when it is stopped politely (SIGTERM, SIGINT), and so
+does ours, but a supervisor killed outright (``kill -9``, the OOM killer) would leave them
+serving on its port, where a restarted server cannot bind. Each worker therefore asks Linux for
+SIGTERM when its parent dies (``prctl(PR_SET_PDEATHSIG)``) and shuts down as on a polite stop:
+requests finish, the job runner stops, its running jobs are re-queued.
 """
 
 from __future__ import annotations
@@ -13,10 +20,20 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import fcntl
+import logging
+import multiprocessing
 import os
 import signal
+import socket
 import sys
+import threading
 from pathlib import Path
+from typing import Any
+
+import uvicorn
+from uvicorn.config import STARTUP_FAILURE
+
+logger = logging.getLogger("uvicorn.error")
 
 # Set by `tripletlab serve` for its worker processes: the supervisor's pid.
 SUPERVISOR_PID = "TRIPLETLAB_SUPERVISOR_PID"
@@ -88,3 +105,95 @@ def _remove_stale_locks(data_dir: Path) -> None:
             lock.unlink(missing_ok=True)
         except PermissionError:
             pass  # alive, another user's
+
+
+class PortInUse(Exception):
+    """Another program listens on the port the server was asked to bind."""
+
+
+def serve_processes(config: dict[str, Any], processes: int) -> int:
+    """Serve ``config`` (the keyword arguments of :class:`uvicorn.Config`) from
+    ``processes`` worker processes, each with a listening socket of its own on the same
+    port, until SIGINT or SIGTERM; the exit status. A worker that dies is replaced; one that
+    fails to start (the app, the database) stops the server, as it would fail again.
+
+    Raises :class:`PortInUse` if the port is taken: ``SO_REUSEPORT`` would let a second
+    server of this user bind beside a running one and silently take half its connections.
+    """
+    address = _free_address(config["host"], config["port"])
+    uvicorn.Config(**config).configure_logging()
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in STOP_SIGNALS}
+    context = multiprocessing.get_context("spawn")  # as uvicorn: no state forked from here
+
+    def start() -> multiprocessing.process.BaseProcess:
+        worker = context.Process(target=_serve_one, args=(config, address), daemon=False)
+        worker.start()
+        return worker
+
+    workers = [start() for _ in range(processes)]
+    status = 0
+    try:
+        while not stop.wait(0.5):
+            for index, worker in enumerate(workers):
+                if worker.is_alive():
+                    continue
+                worker.join()
+                if worker.exitcode == STARTUP_FAILURE:
+                    logger.error("A server process failed to start; stopping the server.")
+                    status = STARTUP_FAILURE
+                    stop.set()
+                    break
+                logger.warning(
+                    "Server process %s exited (status %s); starting another.",
+                    worker.pid,
+                    worker.exitcode,
+                )
+                workers[index] = start()
+    finally:
+        for worker in workers:
+            if worker.is_alive() and worker.pid is not None:
+                os.kill(worker.pid, signal.SIGTERM)  # each shuts down as on a polite stop
+        for worker in workers:
+            worker.join()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return status
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _free_address(host: str, port: int) -> tuple[socket.AddressFamily, tuple[Any, ...]]:
+    """The family and address to bind for ``host:port``, checked free: a bind without
+    ``SO_REUSEPORT`` fails where any socket listens (a second server, another program),
+    while ``SO_REUSEADDR`` lets it pass over connections of a stopped server in TIME_WAIT."""
+    family, kind, _, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    with socket.socket(family, kind) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as error:
+            raise PortInUse(f"cannot listen on {host}:{port}: {error.strerror}") from error
+    return family, address
+
+
+def _serve_one(config: dict[str, Any], bound: tuple[socket.AddressFamily, tuple]) -> None:
+    """A worker process: uvicorn's server on a socket of its own (``SO_REUSEPORT``)."""
+    family, address = bound
+    server_config = uvicorn.Config(**config)
+    server_config.configure_logging()
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        listening.bind(address)
+    except OSError as error:  # taken between the supervisor's check and here
+        logger.error("cannot listen on %s: %s", address, error.strerror)
+        sys.exit(STARTUP_FAILURE)
+    server = uvicorn.Server(server_config)
+    server.run(sockets=[listening])
+    if not server.started:
+        sys.exit(STARTUP_FAILURE)

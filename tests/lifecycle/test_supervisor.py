@@ -1,8 +1,12 @@
-"""`tripletlab serve` on PostgreSQL starts two server processes by default; killed outright,
-its supervisor takes them along, so a restart on the same port serves again."""
+"""`tripletlab serve` starts two server processes by default, each listening on a socket of its
+own (SO_REUSEPORT): connections spread evenly, a second server on the port is refused, a dead
+process is replaced; killed outright, the supervisor takes them along, so a restart on the
+same port serves again."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -10,7 +14,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.servers import Server, database_url
+from tests.servers import TRIPLETLAB, Server, database_url, sqlite_url
 
 pytestmark = pytest.mark.slow
 
@@ -131,3 +135,115 @@ def test_a_worker_whose_supervisor_died_before_it_started_stops_at_once() -> Non
     )  # fmt: skip
     assert process.returncode == -15, (process.returncode, process.stdout, process.stderr)
     assert "still running" not in process.stdout
+
+
+def _worker_processes(server: Server) -> list[psutil.Process]:
+    workers = []
+    for child in server.children():
+        try:
+            if "spawn_main" in " ".join(child.cmdline()):
+                workers.append(child)
+        except psutil.Error:  # exited (a zombie until its parent waits for it)
+            pass
+    return workers
+
+
+def _listens(worker: psutil.Process) -> bool:
+    return any(c.status == psutil.CONN_LISTEN for c in worker.net_connections("tcp"))
+
+
+def _held(workers: list[psutil.Process], port: int) -> list[int]:
+    """How many established connections to ``port`` each of ``workers`` holds."""
+    return [
+        sum(
+            1
+            for c in w.net_connections("tcp")
+            if c.status == psutil.CONN_ESTABLISHED and c.laddr.port == port
+        )
+        for w in workers
+    ]
+
+
+def _open_connections(port: int, count: int) -> list[socket.socket]:
+    """``count`` keep-alive connections opened together, each used for one request (so the
+    server process that holds it has accepted it)."""
+    connections = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(count)]
+    for connection in connections:
+        connection.sendall(b"GET /api/w/- HTTP/1.1\r\nHost: test\r\n\r\n")
+    for connection in connections:
+        assert connection.recv(65536).startswith(b"HTTP/1.1 404")
+    return connections
+
+
+def test_each_server_process_listens_on_its_own_socket_and_connections_spread_evenly(
+    tmp_path: Path,
+) -> None:
+    """64 connections opened together split about evenly over the two processes: with one
+    shared listening socket the process that woke first took most of them (44/6 of 50 in
+    bench/worker_throughput.py). Each process's share is binomial(64, 1/2) when the kernel
+    hashes connections over per-process sockets: under 16 has a chance of ~3e-5."""
+    server = Server(sqlite_url(tmp_path), tmp_path / "data").start()
+    connections: list[socket.socket] = []
+    try:
+        workers = _worker_processes(server)
+        assert len(workers) == 2
+        deadline = time.monotonic() + 60  # the first process may serve before the second
+        while time.monotonic() < deadline and not all(_listens(w) for w in workers):
+            time.sleep(0.2)
+        listening = [
+            {c.fd for c in w.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+            for w in workers
+        ]
+        assert all(len(sockets) == 1 for sockets in listening), listening
+
+        connections = _open_connections(server.port, 64)
+        held = _held(workers, server.port)
+        assert sum(held) == 64
+        assert min(held) >= 16, held
+    finally:
+        for connection in connections:
+            connection.close()
+        server.close()
+
+
+def test_a_second_server_on_the_same_port_is_refused(tmp_path: Path) -> None:
+    """Sockets with SO_REUSEPORT would let a second server bind beside the first and take
+    half of its connections without a word: the second refuses to start instead."""
+    first = Server(sqlite_url(tmp_path), tmp_path / "data").start()
+    try:
+        second = subprocess.run(
+            [TRIPLETLAB, "serve", "--port", str(first.port)], env=first.env,
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert second.returncode == 1, second.stdout + second.stderr
+        assert f"cannot listen on 127.0.0.1:{first.port}" in second.stderr
+        assert len(_worker_processes(first)) == 2
+        assert httpx.get(f"{first.base}/api/w/-", timeout=10).status_code == 404
+    finally:
+        first.close()
+
+
+def test_a_server_process_that_dies_is_replaced(tmp_path: Path) -> None:
+    server = Server(sqlite_url(tmp_path), tmp_path / "data").start()
+    try:
+        before = _worker_processes(server)
+        assert len(before) == 2
+        before[0].kill()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            after = _worker_processes(server)
+            if len(after) == 2 and before[0].pid not in {p.pid for p in after}:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"no replacement: {[p.pid for p in _worker_processes(server)]}")
+        # The replacement listens and takes its share of new connections.
+        while time.monotonic() < deadline and not all(_listens(w) for w in after):
+            time.sleep(0.2)
+        connections = _open_connections(server.port, 64)
+        held = _held(after, server.port)
+        for connection in connections:
+            connection.close()
+        assert min(held) >= 16, held
+    finally:
+        server.close()
