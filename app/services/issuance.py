@@ -471,13 +471,12 @@ def _repeat_question(
     ``round_trip_sql.REPEAT_WINDOW`` answers), to be asked again mirrored."""
     if not _repeat_drawn(plan, work.answered, rng):
         return None, False
-    # Counted and picked in SQL: the candidates grow with the session, and loading them all
-    # (as this once did) made every repeat cost more than the last. Same draw, same order.
-    n_candidates = round_trip_sql.count_repeatable(db, work.id, work.participant_id)
-    if not n_candidates:
-        return None, False
-    pick = int(rng.integers(n_candidates))
-    return round_trip_sql.repeatable(db, work.id, work.participant_id, pick), True
+    # Picked in SQL: loading the candidates (as this once did) made every repeat cost more
+    # than the last. The draw is taken whether or not there is a candidate: the same draws
+    # follow either way.
+    draw = int(rng.integers(round_trip_sql.DRAW_RANGE))
+    question = round_trip_sql.repeat(db, work.id, work.participant_id, draw)
+    return question, question is not None
 
 
 def _open_question(db: Session, project: Project, work: WorkSession) -> OpenQuestion | None:

@@ -245,28 +245,42 @@ _SHOWN_OPEN = """open.kind,
         ELSE CASE WHEN CAST(:swap AS BOOLEAN) THEN open.o1 ELSE open.o2 END END AS s2,
     CASE WHEN open.kind = 'triplet' THEN
         CASE WHEN CAST(:swap AS BOOLEAN) THEN open.o2 ELSE open.o3 END END AS s3"""
-# The questions this session answered (not gold) among its last REPEAT_WINDOW answered
-# queries, and was not asked again: a repeat's candidates, from the session's own queries
-# (one non-repeat query per question). The window bounds a repeat's cost: over all the
-# session's queries it grew with the session, and a session of ~1,700 answers made SQLite
-# with 2 processes fall from 1,306 to 855 round trips/s at 50 workers
-# (bench/results/worker_throughput_steady.txt); a session within the window draws as before.
-# A question is asked of a participant in one session only, so its repeat is looked up by
-# participant: an index lookup whatever the planner believes of the tables (by session, with
-# no statistics yet, it re-read all the session's queries for each candidate).
+# A repeat: a question this session answered (not gold) among its last REPEAT_WINDOW answered
+# queries, and was not asked again, picked by a draw, in one statement. The candidates come
+# from the session's own queries (one non-repeat query per question). The window bounds a
+# repeat's cost: over all the session's queries it grew with the session, and a session of
+# ~1,700 answers made SQLite with 2 processes fall from 1,306 to 855 round trips/s at 50
+# workers (bench/results/worker_throughput_steady.txt). The window is read first, alone,
+# through the session's index, newest first; its questions are then joined and whether each
+# was repeated looked up by participant and question (a question is asked of a participant in
+# one session only). Bounded instead by the id of the window's oldest query, in a count and
+# a pick of two statements, PostgreSQL read every query of the table past that id: twice the
+# time at every session length, 2.3 against 1.1 ms at 4,000 answers
+# (bench/results/repeat_draw.txt). The ``draw`` (0 <= draw < DRAW_RANGE) picks the candidate
+# at ``draw * count // DRAW_RANGE`` in question order, integer arithmetic both databases
+# compute alike.
 REPEAT_WINDOW = 256
-_REPEATABLE = f"""
-    FROM queries JOIN questions ON questions.id = queries.question_id
-    WHERE queries.session_id = CAST(:session AS VARCHAR) AND queries.status = 'answered'
-      AND queries.id >= COALESCE((
-        SELECT recent.id FROM queries AS recent
-        WHERE recent.session_id = CAST(:session AS VARCHAR) AND recent.status = 'answered'
-        ORDER BY recent.id DESC LIMIT 1 OFFSET {REPEAT_WINDOW - 1}), 0)
-      AND NOT queries.is_repeat AND questions.gold_choice IS NULL
-      AND NOT EXISTS (
-        SELECT 1 FROM queries AS again
-        WHERE again.participant_id = CAST(:participant AS INTEGER)
-          AND again.question_id = queries.question_id AND again.is_repeat)
+DRAW_RANGE = 2**31
+_REPEAT = f"""
+    WITH recent AS (
+        SELECT queries.question_id, queries.o2, queries.o3, queries.is_repeat
+        FROM queries
+        WHERE queries.session_id = CAST(:session AS VARCHAR) AND queries.status = 'answered'
+        ORDER BY queries.id DESC LIMIT {REPEAT_WINDOW}
+    ), candidates AS (
+        SELECT questions.id, questions.kind, questions.o1, questions.o2, questions.o3,
+            recent.o2 AS shown_o2, recent.o3 AS shown_o3
+        FROM recent JOIN questions ON questions.id = recent.question_id
+        WHERE NOT recent.is_repeat AND questions.gold_choice IS NULL
+          AND NOT EXISTS (
+            SELECT 1 FROM queries AS again
+            WHERE again.participant_id = CAST(:participant AS INTEGER)
+              AND again.question_id = recent.question_id AND again.is_repeat)
+    )
+    SELECT * FROM candidates
+    ORDER BY candidates.id
+    LIMIT 1 OFFSET (
+        SELECT CAST(:draw AS BIGINT) * count(*) / {DRAW_RANGE} FROM candidates)
 """
 _OBJECT_COLUMNS = 'objects."index", objects.name, objects.text, objects.image_url'
 _OPEN_COLUMNS = "questions.id, questions.kind, questions.o1, questions.o2, questions.o3"
@@ -351,12 +365,7 @@ COUNTS = Statement(None, _SQLITE_COUNTS)
 NEW_QUESTIONS = Statement(_PG_NEW_QUESTIONS, _SQLITE_NEW_QUESTIONS)
 LEASE = Statement(_LEASE_ONE)
 QUERY = Statement(None, _SQLITE_QUERY)
-COUNT_REPEATABLE = Statement(f"SELECT count(*) AS n {_REPEATABLE}")
-REPEATABLE = Statement(
-    "SELECT questions.id, questions.kind, questions.o1, questions.o2, questions.o3, "
-    f"queries.o2 AS shown_o2, queries.o3 AS shown_o3 {_REPEATABLE} "
-    "ORDER BY questions.id LIMIT 1 OFFSET CAST(:pick AS INTEGER)"
-)
+REPEAT = Statement(_REPEAT)
 
 # -- the steps -------------------------------------------------------------------------------
 
@@ -426,17 +435,12 @@ def open_question(db: Session, project_id: int, participant_id: int) -> tuple | 
     return first(db.connection(), OPEN_QUESTION, params)
 
 
-def count_repeatable(db: Session, session_id: str, participant_id: int) -> int:
-    """How many questions the session (of ``participant_id``) could be asked again: those of
-    its last :data:`REPEAT_WINDOW` answered queries that qualify (see ``_REPEATABLE``)."""
-    params = {"session": session_id, "participant": participant_id}
-    return first(db.connection(), COUNT_REPEATABLE, params).n
-
-
-def repeatable(db: Session, session_id: str, participant_id: int, pick: int) -> Repeatable | None:
-    """The ``pick``-th (from 0, in id order) question the session could be asked again."""
-    params = {"session": session_id, "participant": participant_id, "pick": pick}
-    row = first(db.connection(), REPEATABLE, params)
+def repeat(db: Session, session_id: str, participant_id: int, draw: int) -> Repeatable | None:
+    """The question the session (of ``participant_id``) is asked again, picked by ``draw``
+    (``0 <= draw < DRAW_RANGE``) among those of its last :data:`REPEAT_WINDOW` answered
+    queries that qualify (see ``_REPEAT``); None if none does."""
+    params = {"session": session_id, "participant": participant_id, "draw": draw}
+    row = first(db.connection(), REPEAT, params)
     return None if row is None else Repeatable(*row)
 
 

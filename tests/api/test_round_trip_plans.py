@@ -42,7 +42,7 @@ PARAMETERS = {
     "issued_token": "u",
     "expires": "2026-01-01 00:10:00.000000",
     "rows": "[]",
-    "pick": 0,
+    "draw": 0,
 }
 # What a round trip runs on SQLite (round_trip_sql): the answer's steps, the issue's, and
 # the claim of an open question when the answer's statement did not claim one.
@@ -75,3 +75,25 @@ def test_round_trip_statement_searches_indexes(sqlite_engine: Engine, name: str)
     # Nor searched for all of a project's, session's or participant's rows: those grow.
     whole = [step for step in plan if GROWING.search(step)]
     assert not whole, plan
+
+
+def test_a_repeat_reads_the_sessions_window_by_index_and_sorts_only_its_candidates(
+    sqlite_engine: Engine,
+) -> None:
+    """A repeat's draw reads the session's last REPEAT_WINDOW answered queries newest first
+    through the session's index (no sort of all of the session's queries), looks each
+    candidate's question and repeat up by key, and sorts at most the window's candidates."""
+    with sqlite_engine.connect() as connection:
+        cursor = connection.connection.cursor()
+        sql = f"EXPLAIN QUERY PLAN {round_trip_sql.REPEAT.sqlite}"
+        plan = [row[3] for row in cursor.execute(sql, PARAMETERS)]
+    print(*plan, sep="\n  ")
+    assert (
+        "SEARCH queries USING INDEX ix_queries_session_status (session_id=? AND status=?)" in plan
+    )
+    scans = [step for step in plan if step.startswith("SCAN")]
+    assert scans and all(step in ("SCAN recent", "SCAN candidates") for step in scans), plan
+    # One sort: the candidates' (at most REPEAT_WINDOW) into question order; the window
+    # itself comes off the index in id order (it ends with the rowid).
+    assert [step for step in plan if "TEMP B-TREE" in step] == ["USE TEMP B-TREE FOR ORDER BY"]
+    assert plan.index("USE TEMP B-TREE FOR ORDER BY") > plan.index("SCAN candidates")
