@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -65,6 +66,28 @@ WORKER_ERRORS: dict[int | str, dict] = {
 }
 
 
+def _job_runner(settings: Settings) -> Any:
+    from app.training.runner import JobRunner
+
+    runner = JobRunner.from_settings(settings)
+    runner.start()
+    return runner
+
+
+JOB_RUNNER_POLL_S = 2.0  # how often a worker process looks whether the job runner is free
+
+
+async def _take_over_jobs(app: FastAPI, settings: Settings) -> None:
+    """In a worker process that does not run the job runner: start it once the process
+    that runs it is gone. A replacement for a dead worker takes it over as it starts, but a
+    restart (SIGHUP, ``app.supervisor``) starts each new process before stopping the old
+    one, so the process that held it may stop after every new one has started."""
+    while not runs_jobs_here(settings.data_dir):
+        await asyncio.sleep(JOB_RUNNER_POLL_S)
+    # Started in a thread: its first start imports the learning library (~1 s).
+    app.state.job_runner = await asyncio.to_thread(_job_runner, settings)
+
+
 def create_app(settings: Settings | None = None, *, freeze_heap: bool = False) -> FastAPI:
     """The application. ``freeze_heap``: once it is started, move every object the process
     holds then into the collector's permanent generation (see :func:`serve_app`)."""
@@ -73,18 +96,20 @@ def create_app(settings: Settings | None = None, *, freeze_heap: bool = False) -
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runner = None
-        if settings.run_jobs and runs_jobs_here(settings.data_dir):
-            from app.training.runner import JobRunner
-
-            runner = JobRunner.from_settings(settings)
-            runner.start()
-        app.state.job_runner = runner
+        app.state.job_runner = None
+        waiting = None
+        if settings.run_jobs:
+            if runs_jobs_here(settings.data_dir):
+                app.state.job_runner = _job_runner(settings)
+            else:  # another worker process runs it: take over when that one stops
+                waiting = asyncio.create_task(_take_over_jobs(app, settings))
         if freeze_heap:
             gc.freeze()
         yield
-        if runner is not None:
-            runner.stop()
+        if waiting is not None:
+            waiting.cancel()
+        if app.state.job_runner is not None:
+            app.state.job_runner.stop()
 
     app = FastAPI(
         lifespan=lifespan,

@@ -8,10 +8,11 @@ socket, and whichever worker wakes first accepts every connection waiting: the b
 connections, opened together, split 42/8 or 44/6, leaving one process with most of the work
 and its requests with a queue twice as long (bench/worker_throughput.py counts the split).
 
-uvicorn's supervisor stops its workers when it is stopped politely (SIGTERM, SIGINT), and so
-does ours, but a supervisor killed outright (``kill -9``, the OOM killer) would leave them
-serving on its port, where a restarted server cannot bind. Each worker therefore asks Linux for
-SIGTERM when its parent dies (``prctl(PR_SET_PDEATHSIG)``) and shuts down as on a polite stop:
+SIGHUP replaces the workers one by one, each once its replacement serves, as uvicorn's
+supervisor did. The supervisor stops its workers when it is stopped politely (SIGTERM,
+SIGINT), but one killed outright (``kill -9``, the OOM killer) would leave them serving on
+its port, where a restarted server cannot bind. Each worker therefore asks Linux for SIGTERM
+when its parent dies (``prctl(PR_SET_PDEATHSIG)``) and shuts down as on a polite stop:
 requests finish, the job runner stops, its running jobs are re-queued.
 """
 
@@ -27,6 +28,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +77,8 @@ def runs_jobs_here(data_dir: Path) -> bool:
     multi-process `tripletlab serve`, where only the worker holding the supervisor's lock
     file does — one training pool per server, as with one process, so that two trainings do
     not take both cores from the worker API. The lock goes with its holder: a worker the
-    supervisor starts in place of a dead one takes it over."""
+    supervisor starts in place of a dead one takes it over, and the others look again now and
+    then (``app.main._take_over_jobs``)."""
     global _job_runner_lock
     supervisor = _supervisor_pid()
     if not supervisor:
@@ -115,50 +118,90 @@ def serve_processes(config: dict[str, Any], processes: int) -> int:
     """Serve ``config`` (the keyword arguments of :class:`uvicorn.Config`) from
     ``processes`` worker processes, each with a listening socket of its own on the same
     port, until SIGINT or SIGTERM; the exit status. A worker that dies is replaced; one that
-    fails to start (the app, the database) stops the server, as it would fail again.
+    fails to start (the app, the database) stops the server, as it would fail again. SIGHUP
+    replaces the workers one by one, each once its replacement serves (new code, no
+    downtime), as uvicorn's supervisor did.
 
     Raises :class:`PortInUse` if the port is taken: ``SO_REUSEPORT`` would let a second
     server of this user bind beside a running one and silently take half its connections.
     """
     address = _free_address(config["host"], config["port"])
     uvicorn.Config(**config).configure_logging()
-    stop = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in STOP_SIGNALS}
-    context = multiprocessing.get_context("spawn")  # as uvicorn: no state forked from here
+    return _Supervisor(config, address).run(processes)
 
-    def start() -> multiprocessing.process.BaseProcess:
-        worker = context.Process(target=_serve_one, args=(config, address), daemon=False)
+
+class _Supervisor:
+    def __init__(self, config: dict[str, Any], address: tuple[Any, ...]) -> None:
+        self.config = config
+        self.address = address
+        self.context = multiprocessing.get_context("spawn")  # as uvicorn: nothing forked
+        self.stop = threading.Event()
+        self.restart = threading.Event()
+
+    def start(self) -> tuple[multiprocessing.process.BaseProcess, Any]:
+        """A worker process, and the event it sets once it serves."""
+        serving = self.context.Event()
+        worker = self.context.Process(target=_serve_one, args=(self.config, self.address, serving))
         worker.start()
-        return worker
+        return worker, serving
 
-    workers = [start() for _ in range(processes)]
-    status = 0
-    try:
-        while not stop.wait(0.5):
-            for index, worker in enumerate(workers):
-                if worker.is_alive():
-                    continue
+    def run(self, processes: int) -> int:
+        handlers = {sig: (lambda *_: self.stop.set()) for sig in STOP_SIGNALS}
+        handlers[signal.SIGHUP] = lambda *_: self.restart.set()
+        previous = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
+        workers = [self.start() for _ in range(processes)]
+        status = 0
+        try:
+            while not self.stop.wait(0.5):
+                if self.restart.is_set():
+                    self.restart.clear()
+                    self.replace_all(workers)
+                for index, (worker, _) in enumerate(workers):
+                    if worker.is_alive():
+                        continue
+                    worker.join()
+                    if worker.exitcode == STARTUP_FAILURE:
+                        logger.error("A server process failed to start; stopping the server.")
+                        status = STARTUP_FAILURE
+                        self.stop.set()
+                        break
+                    logger.warning(
+                        "Server process %s exited (status %s); starting another.",
+                        worker.pid,
+                        worker.exitcode,
+                    )
+                    workers[index] = self.start()
+        finally:
+            for worker, _ in workers:
+                _terminate(worker)  # each shuts down as on a polite stop
+            for worker, _ in workers:
                 worker.join()
-                if worker.exitcode == STARTUP_FAILURE:
-                    logger.error("A server process failed to start; stopping the server.")
-                    status = STARTUP_FAILURE
-                    stop.set()
-                    break
-                logger.warning(
-                    "Server process %s exited (status %s); starting another.",
-                    worker.pid,
-                    worker.exitcode,
-                )
-                workers[index] = start()
-    finally:
-        for worker in workers:
-            if worker.is_alive() and worker.pid is not None:
-                os.kill(worker.pid, signal.SIGTERM)  # each shuts down as on a polite stop
-        for worker in workers:
-            worker.join()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return status
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return status
+
+    def replace_all(self, workers: list[tuple[multiprocessing.process.BaseProcess, Any]]) -> None:
+        """Replace each worker by a new one, stopping the old once the new one serves."""
+        for index, (old, _) in enumerate(workers):
+            new, serving = self.start()
+            deadline = time.monotonic() + REPLACEMENT_WAIT_S
+            while not serving.wait(0.2):
+                if not new.is_alive() or self.stop.is_set() or time.monotonic() > deadline:
+                    logger.error("A new server process did not start; keeping the old ones.")
+                    _terminate(new)
+                    new.join()
+                    return
+            _terminate(old)
+            old.join()
+            workers[index] = (new, serving)
+
+
+REPLACEMENT_WAIT_S = 120.0  # the longest a restart waits for a new process to serve
+
+
+def _terminate(worker: multiprocessing.process.BaseProcess) -> None:
+    if worker.is_alive() and worker.pid is not None:
+        os.kill(worker.pid, signal.SIGTERM)
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -180,8 +223,11 @@ def _free_address(host: str, port: int) -> tuple[socket.AddressFamily, tuple[Any
     return family, address
 
 
-def _serve_one(config: dict[str, Any], bound: tuple[socket.AddressFamily, tuple]) -> None:
-    """A worker process: uvicorn's server on a socket of its own (``SO_REUSEPORT``)."""
+def _serve_one(
+    config: dict[str, Any], bound: tuple[socket.AddressFamily, tuple], serving: Any
+) -> None:
+    """A worker process: uvicorn's server on a socket of its own (``SO_REUSEPORT``); it
+    sets ``serving`` once the server has started."""
     family, address = bound
     server_config = uvicorn.Config(**config)
     server_config.configure_logging()
@@ -194,6 +240,15 @@ def _serve_one(config: dict[str, Any], bound: tuple[socket.AddressFamily, tuple]
         logger.error("cannot listen on %s: %s", address, error.strerror)
         sys.exit(STARTUP_FAILURE)
     server = uvicorn.Server(server_config)
+    threading.Thread(target=_tell_when_serving, args=(server, serving), daemon=True).start()
     server.run(sockets=[listening])
     if not server.started:
         sys.exit(STARTUP_FAILURE)
+
+
+def _tell_when_serving(server: uvicorn.Server, serving: Any) -> None:
+    while not server.started:
+        if server.should_exit:
+            return
+        time.sleep(0.05)
+    serving.set()

@@ -5,6 +5,7 @@ same port serves again."""
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import time
@@ -245,5 +246,49 @@ def test_a_server_process_that_dies_is_replaced(tmp_path: Path) -> None:
         for connection in connections:
             connection.close()
         assert min(held) >= 16, held
+    finally:
+        server.close()
+
+
+def _runs_jobs(worker: psutil.Process) -> bool:
+    try:
+        return any(".job-runner-" in f.path for f in worker.open_files())
+    except psutil.Error:
+        return False
+
+
+def test_sighup_replaces_every_process_and_one_new_process_takes_over_the_job_runner(
+    tmp_path: Path,
+) -> None:
+    """SIGHUP (new code, no downtime) replaces the processes one by one, each once its
+    replacement serves, as uvicorn's supervisor did; the job runner moves to a new process
+    even when its old holder stops after both new ones have started."""
+    server = Server(
+        sqlite_url(tmp_path), tmp_path / "data", env_extra={"TRIPLETLAB_RUN_JOBS": "true"}
+    ).start()
+    try:
+        old = _worker_processes(server)
+        assert len(old) == 2
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sum(map(_runs_jobs, old)) != 1:
+            time.sleep(0.2)
+        assert [_runs_jobs(w) for w in old].count(True) == 1
+
+        assert server.process is not None
+        server.process.send_signal(signal.SIGHUP)
+        old_pids = {w.pid for w in old}
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            new = _worker_processes(server)
+            if len(new) == 2 and not old_pids & {w.pid for w in new} and not alive(old_pids):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"not replaced: {[w.pid for w in _worker_processes(server)]}")
+        assert server.process.poll() is None  # the supervisor goes on
+        while time.monotonic() < deadline and sum(map(_runs_jobs, new)) != 1:
+            time.sleep(0.2)
+        assert [_runs_jobs(w) for w in new].count(True) == 1
+        assert httpx.get(f"{server.base}/api/w/-", timeout=10).status_code == 404
     finally:
         server.close()
