@@ -7,6 +7,9 @@ time per round trip (user and system; PostgreSQL's own server is not counted). T
 is the throughput benchmark's minus gold and repeats (the usual round trip): questions are
 claimed from the pool the plan fills ``issuance.POOL_BATCH`` at a time (``fill_pool``; the
 fills are counted in, one per batch), ``--redundancy 2`` asks each of them twice.
+``--group`` (SQLite) records each round's answers, one per session, in one group commit
+(``app.api.worker._record_group``: each answer in a savepoint, one commit), as the server
+does with the answers that arrive together.
 
 CPU time is noisy on a shared machine; for figures that do not depend on the load, count
 instructions with callgrind, collecting only while the round trips run::
@@ -20,7 +23,7 @@ switching on and off costs a few instructions of its own). To measure another ch
 code with this script, put that checkout first: ``PYTHONPATH=/path/to/checkout``.
 
     .venv/bin/python bench/round_trip_cpu.py [--database sqlite|URL] [--sessions 20]
-        [--rounds 40] [--redundancy 1]
+        [--rounds 40] [--redundancy 1] [--group]
 """
 
 from __future__ import annotations
@@ -54,6 +57,11 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=40, help="round trips per session")
     parser.add_argument("--redundancy", type=int, default=1)
+    parser.add_argument(
+        "--group",
+        action="store_true",
+        help="SQLite: record each round's answers in one group commit (app.api.worker)",
+    )
     args = parser.parse_args()
 
     if args.database == "sqlite":
@@ -66,10 +74,12 @@ def main() -> None:
     from sqlalchemy.orm import Session
 
     from app.api.deps import get_db
+    from app.api.worker import _record_group
     from app.config import get_settings
     from app.db.migrate import upgrade
     from app.db.session import make_engine
     from app.main import create_app
+    from app.schemas.worker import AnswerCreate
     from app.services import issuance, responses
     from app.services.auth import create_key
 
@@ -114,6 +124,9 @@ def main() -> None:
     def rounds(n: int) -> int:
         done = 0
         for _ in range(n):
+            if args.group:
+                done += group_round()
+                continue
             for session_id, authorization in workers:
                 query = queries[session_id]
                 choice = query.o2 if query.kind == "triplet" else 0
@@ -123,6 +136,30 @@ def main() -> None:
                 queries[session_id] = issued.query
                 done += 1
         return done
+
+    def group_round() -> int:
+        """Every session's answer in one group commit, as the server records the answers
+        that arrive together on SQLite (``app.api.worker``)."""
+        answers = []
+        for session_id, authorization in workers:
+            query = queries[session_id]
+            if hasattr(query, "o2"):  # the first: a Query row
+                token, choice = query.token, query.o2 if query.kind == "triplet" else 0
+            else:  # a reply's next question, as shown
+                token = query.token
+                choice = query.objects[1].index if query.kind == "triplet" else 0
+            answers.append(
+                (
+                    session_id,
+                    authorization,
+                    AnswerCreate(token=token, choice=choice, client_ms=900.0),
+                )
+            )
+        for (session_id, _), result in zip(workers, _record_group(db, answers), strict=True):
+            if isinstance(result, Exception):
+                raise result
+            queries[session_id] = result.next.query
+        return len(answers)
 
     rounds(2)  # warm: caches, psycopg's prepared statements
     _callgrind("--instr=on")
