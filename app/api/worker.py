@@ -247,20 +247,26 @@ def _record_group(db: Session, answers: list[Answer]) -> list[Result]:
         return [_record_or_error(db, answers[0])]
     ensure_write(db, durable=True)
     transaction = db.get_transaction()
+    assert transaction is not None
     results: list[Result] = []
     for session_id, authorization, data in answers:
-        savepoint = db.begin_nested()
+        _savepoint(db, "SAVEPOINT")
         try:
             work, project, issued = responses.answer_and_next(
                 db, session_id, authorization, data.token, data.choice, data.client_ms,
                 commit=False,
             )  # fmt: skip
             result: Result = _recorded(db, work, project, issued)
-            savepoint.commit()
+            db.flush()  # what the answer changed in its objects, inside its savepoint
+            _savepoint(db, "RELEASE")
         except Exception as error:
-            if db.get_transaction() is not transaction:
+            if db.get_transaction() is not transaction or not transaction.is_active:
                 break  # rolled back with the others' answers: record each alone
-            savepoint.rollback()
+            _savepoint(db, "ROLLBACK TO")
+            _savepoint(db, "RELEASE")
+            # The session's objects may hold what the rollback undid: the answers after
+            # this one load theirs anew.
+            db.expunge_all()
             result = error
         results.append(result)
     else:
@@ -268,6 +274,18 @@ def _record_group(db: Session, answers: list[Answer]) -> list[Result]:
         return results
     db.rollback()
     return [_record_or_error(db, answer) for answer in answers]
+
+
+def _savepoint(db: Session, command: str) -> None:
+    """``SAVEPOINT``, ``RELEASE`` or ``ROLLBACK TO`` a group's answer, as text on SQLite's
+    cursor: ``Session.begin_nested`` spent 18 us of bookkeeping per answer, inside the
+    writer's hold, where this takes 2 us (its rollback kept the session's objects that the
+    savepoint did not touch, which :func:`_record_group` gives up on the rare error)."""
+    cursor = db.connection().connection.cursor()
+    try:
+        cursor.execute(f"{command} answer")
+    finally:
+        cursor.close()
 
 
 def _record_or_error(db: Session, answer: Answer) -> Result:

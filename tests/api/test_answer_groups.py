@@ -107,3 +107,62 @@ def test_answers_arriving_together_are_grouped_and_each_kept_or_refused_alone(
         assert sorted(answered) == [1, 1, 2, 2, 2, 2, 2, 2]
         assert refused_status == "issued"  # the refused answers changed nothing
         client.delete(f"/api/projects/{slug}?force=true", headers=headers)
+
+
+def test_an_answer_that_fails_after_writing_is_undone_alone_in_its_group(
+    app, engine: Engine, monkeypatch
+) -> None:
+    """An answer of a group that fails after its statements wrote (here: made to fail once
+    they have run) is rolled back to its savepoint: nothing of it stays, and the answers
+    before and after it in the group are kept."""
+    from app.schemas.worker import AnswerCreate
+    from app.services import responses
+
+    slug = f"late-{uuid.uuid4().hex[:8]}"
+    with committed_requests(app, engine) as headers, TestClient(app) as client:
+        make_project(client, headers, slug)
+        make_objects(client, headers, slug, 30)
+        set_plan(client, headers, slug, queries_per_session=20, gold_rate=0)
+        sessions = [open_session(client, slug, participant=f"w{i}") for i in range(3)]
+        shown = [next_query(client, s, h)["query"] for s, h in sessions]
+        failing = sessions[1][0]
+        answer_and_next = responses.answer_and_next
+
+        def late_failure(db, session_id, *args, **kwargs):  # type: ignore[no-untyped-def]
+            done = answer_and_next(db, session_id, *args, **kwargs)
+            if session_id == failing:
+                raise RuntimeError("failed after writing")
+            return done
+
+        monkeypatch.setattr(responses, "answer_and_next", late_failure)
+        answers = [
+            (s, h["Authorization"], AnswerCreate(token=q["token"], choice=first_choice(q)))
+            for (s, h), q in zip(sessions, shown, strict=True)
+        ]
+        with Session(engine, expire_on_commit=False) as db:
+            results = worker._record_group(db, answers)
+        assert isinstance(results[1], RuntimeError)
+        assert [r.answered for r in (results[0], results[2])] == [1, 1]  # type: ignore[union-attr]
+
+        with Session(engine) as db:
+            project_id = db.scalar(select(Project.id).where(Project.slug == slug))
+            answered = dict(
+                db.execute(
+                    select(WorkSession.id, WorkSession.answered).where(
+                        WorkSession.project_id == project_id
+                    )
+                ).all()
+            )
+            statuses = dict(
+                db.execute(
+                    select(Query.token, Query.status).where(Query.project_id == project_id)
+                ).all()
+            )
+            n_answers = db.scalar(
+                select(func.count()).select_from(Answer).where(Answer.project_id == project_id)
+            )
+        assert answered == {sessions[0][0]: 1, failing: 0, sessions[2][0]: 1}
+        assert n_answers == 2
+        assert statuses[shown[1]["token"]] == "issued"  # its claim undone
+        assert statuses[shown[0]["token"]] == statuses[shown[2]["token"]] == "answered"
+        client.delete(f"/api/projects/{slug}?force=true", headers=headers)
