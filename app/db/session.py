@@ -27,7 +27,6 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         engine = create_engine(url, pool_size=10, max_overflow=20)
         _ping_when_idle(engine)
-        _savepoints_on_cursor(engine)
         return engine
 
     database = parsed.database
@@ -88,7 +87,6 @@ def make_engine(url: str) -> Engine:
             locked.unlock_writer()
             raise
 
-    _savepoints_on_cursor(engine)
     return engine
 
 
@@ -189,30 +187,6 @@ class WriterLockedConnection(sqlite3.Connection):
             super().close()
         finally:
             self.unlock_writer()
-
-
-def _savepoints_on_cursor(engine: Engine) -> None:
-    """Run ``SAVEPOINT``, ``RELEASE`` and ``ROLLBACK TO`` as text on the driver's cursor
-    (see :func:`_run`), the rest of ``Session.begin_nested`` unchanged. SQLAlchemy's dialect
-    compiles a new clause for each: its names count up (``sa_savepoint_7``), so its cache
-    never serves one. On SQLite a group commit runs each answer in a savepoint
-    (``app.api.worker``): profiled under load, the two statements per answer took 12 % of
-    the server's interpreter time, the most of any one step."""
-    dialect = engine.dialect
-    quote = dialect.identifier_preparer.quote
-
-    def do_savepoint(connection: Connection, name: str) -> None:
-        _run(connection, f"SAVEPOINT {quote(name)}")
-
-    def do_rollback_to_savepoint(connection: Connection, name: str) -> None:
-        _run(connection, f"ROLLBACK TO SAVEPOINT {quote(name)}")
-
-    def do_release_savepoint(connection: Connection, name: str) -> None:
-        _run(connection, f"RELEASE SAVEPOINT {quote(name)}")
-
-    dialect.do_savepoint = do_savepoint  # type: ignore[method-assign]
-    dialect.do_rollback_to_savepoint = do_rollback_to_savepoint  # type: ignore[method-assign]
-    dialect.do_release_savepoint = do_release_savepoint  # type: ignore[method-assign]
 
 
 def _ping_when_idle(engine: Engine) -> None:
