@@ -131,6 +131,14 @@ def execute(connection: Connection, cursor: Any, sql: str, values: Any = ()) -> 
     connection._cursor_execute(cursor, sql, values)
 
 
+def run_text(connection: Connection, sql: str) -> None:
+    """Run ``sql``, without parameters, on the driver's cursor (``BEGIN``, ``PRAGMA``,
+    ``SAVEPOINT``: ``exec_driver_sql`` cost more than SQLite takes to begin, profiled)."""
+    cursor = connection.connection.cursor()
+    execute(connection, cursor, sql)
+    cursor.close()
+
+
 def run(connection: Connection, statement: Statement, params: dict[str, Any]) -> None:
     """Run ``statement`` on ``connection`` (a session's: ``db.connection()``), in its
     transaction."""

@@ -11,12 +11,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.db.driver import execute
+from app.db.driver import run_text
 
 IDLE_PING_S = 10.0  # a pooled connection unused this long is checked before it is lent
 
@@ -70,11 +70,11 @@ def make_engine(url: str) -> Engine:
         # SQLite refuses to change the safety level inside a transaction: set it first.
         level = "FULL" if options.get("sqlite_durable", False) else "NORMAL"
         if connection.info.get("synchronous") != level:
-            _run(connection, f"PRAGMA synchronous={level}")
+            run_text(connection, f"PRAGMA synchronous={level}")
             connection.info["synchronous"] = level
         immediate = options.get("sqlite_immediate", False)
         if not immediate:
-            _run(connection, "BEGIN")
+            run_text(connection, "BEGIN")
             return
         locked = connection.connection.dbapi_connection
         try:
@@ -82,7 +82,7 @@ def make_engine(url: str) -> Engine:
         except sqlite3.OperationalError as error:
             raise OperationalError("BEGIN IMMEDIATE", None, error) from error
         try:
-            _run(connection, "BEGIN IMMEDIATE")
+            run_text(connection, "BEGIN IMMEDIATE")
         except BaseException:
             locked.unlock_writer()
             raise
@@ -213,14 +213,6 @@ def _ping_when_idle(engine: Engine) -> None:
             raise DisconnectionError from error  # the pool connects anew and retries
         if not alive:
             raise DisconnectionError
-
-
-def _run(connection: Connection, sql: str) -> None:
-    """Run ``sql`` on the driver's cursor (every transaction begins here:
-    ``exec_driver_sql`` cost more than SQLite takes to begin, profiled)."""
-    cursor = connection.connection.cursor()
-    execute(connection, cursor, sql)
-    cursor.close()
 
 
 @lru_cache

@@ -33,6 +33,18 @@ async def together(http: httpx.AsyncClient, posts: list[Post]) -> list[httpx.Res
     return list(await asyncio.gather(*(http.post(u, json=b, headers=h) for u, b, h in posts)))
 
 
+def sessions_shown(
+    client: TestClient, headers: dict, slug: str, n: int
+) -> tuple[list[tuple[str, dict[str, str]]], list[dict]]:
+    """A project ``slug`` of 30 objects, ``n`` sessions of it, and the first question each is
+    shown."""
+    make_project(client, headers, slug)
+    make_objects(client, headers, slug, 30)
+    set_plan(client, headers, slug, queries_per_session=20, gold_rate=0)
+    sessions = [open_session(client, slug, participant=f"w{i}") for i in range(n)]
+    return sessions, [next_query(client, s, h)["query"] for s, h in sessions]
+
+
 def sent_token(response: httpx.Response) -> str:
     return json.loads(response.request.content)["token"]
 
@@ -50,11 +62,7 @@ def test_answers_arriving_together_are_grouped_and_each_kept_or_refused_alone(
 
     monkeypatch.setattr(worker, "_record_group", counting)
     with committed_requests(app, engine) as headers, TestClient(app) as client:
-        make_project(client, headers, slug)
-        make_objects(client, headers, slug, 30)
-        set_plan(client, headers, slug, queries_per_session=20, gold_rate=0)
-        sessions = [open_session(client, slug, participant=f"w{i}") for i in range(8)]
-        shown = [next_query(client, s, h)["query"] for s, h in sessions]
+        sessions, shown = sessions_shown(client, headers, slug, 8)
 
         def post(i: int, token: str, choice: int) -> Post:
             session_id, session_headers = sessions[i]
@@ -120,11 +128,7 @@ def test_an_answer_that_fails_after_writing_is_undone_alone_in_its_group(
 
     slug = f"late-{uuid.uuid4().hex[:8]}"
     with committed_requests(app, engine) as headers, TestClient(app) as client:
-        make_project(client, headers, slug)
-        make_objects(client, headers, slug, 30)
-        set_plan(client, headers, slug, queries_per_session=20, gold_rate=0)
-        sessions = [open_session(client, slug, participant=f"w{i}") for i in range(3)]
-        shown = [next_query(client, s, h)["query"] for s, h in sessions]
+        sessions, shown = sessions_shown(client, headers, slug, 3)
         failing = sessions[1][0]
         answer_and_next = responses.answer_and_next
 
