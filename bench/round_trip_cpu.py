@@ -5,9 +5,9 @@ next question issued, committed) for ``--sessions`` sessions in turn, ``--rounds
 on a fresh SQLite file or an emptied PostgreSQL database, and prints this process's CPU
 time per round trip (user and system) and, on PostgreSQL, that of the PostgreSQL server's
 processes on this machine. The plan is the throughput benchmark's minus gold and repeats
-(the usual round trip): questions are
-claimed from the pool the plan fills ``issuance.POOL_BATCH`` at a time (``fill_pool``; the
-fills are counted in, one per batch), ``--redundancy 2`` asks each of them twice.
+(the usual round trip): questions are claimed from the pool the plan fills
+``issuance.POOL_BATCH`` at a time (``fill_pool``; the fills are counted in, one per batch),
+``--redundancy 2`` asks each of them twice.
 ``--group`` (SQLite) records each round's answers, one per session, in one group commit
 (``app.api.worker._record_group``: each answer in a savepoint, one commit), as the server
 does with the answers that arrive together.
