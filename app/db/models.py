@@ -225,7 +225,15 @@ class Query(Base):
     __table_args__ = (
         Index("ix_queries_session_status", "session_id", "status"),
         Index("ix_queries_lease", "project_id", "status", "expires_at"),
-        Index("ix_queries_participant_question", "participant_id", "question_id"),
+        # A question is asked of a participant once, and again at most once as a repeat:
+        # the database refuses a second query (see migration 0004).
+        Index(
+            "uq_queries_participant_question",
+            "participant_id",
+            "question_id",
+            "is_repeat",
+            unique=True,
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
