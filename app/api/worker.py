@@ -29,7 +29,7 @@ from app.schemas.worker import (
     ShownObject,
     ShownQuery,
 )
-from app.services import issuance, responses, sessions
+from app.services import issuance, known_sessions, responses, sessions
 from app.services.projects import project_plan
 
 router = APIRouter(prefix="/api/w", tags=["worker"], dependencies=[Depends(limit_worker)])
@@ -103,7 +103,9 @@ async def read_next_query(session_id: str, request: Request) -> NextQuery:
 
 
 def _next_query(db: Session, session_id: str, authorization: str | None) -> NextQuery:
-    return _shown(db, *issuance.next_for_session(db, session_id, authorization))
+    work, project, issued = issuance.next_for_session(db, session_id, authorization)
+    known_sessions.remember(db, work, project)
+    return _shown(db, work, project, issued)
 
 
 def _shown(db: Session, work: WorkSession, project: Project, issued: issuance.Issued) -> NextQuery:
@@ -295,6 +297,22 @@ def _record_or_error(db: Session, answer: Answer) -> Result:
 
 def _record_alone(db: Session, answer: Answer) -> AnswerRecorded:
     session_id, authorization, data = answer
+    quick = known_sessions.answer(
+        db, session_id, authorization, data.token, data.choice, data.client_ms
+    )
+    if quick is not None:
+        shown = [ShownObject(index=o.index, name=o.name, text=o.text, image_url=o.image_url)
+                 for o in quick.objects]  # fmt: skip
+        query = ShownQuery(
+            token=quick.token,
+            kind=quick.kind,
+            objects=shown,
+            position=quick.answered + 1,
+            total=quick.total,
+        )
+        return AnswerRecorded(
+            answered=quick.answered, total=quick.total, done=False, next=NextQuery(query=query)
+        )
     try:
         work, project, issued = responses.answer_and_next(
             db, session_id, authorization, data.token, data.choice, data.client_ms
@@ -302,6 +320,7 @@ def _record_alone(db: Session, answer: Answer) -> AnswerRecorded:
     except Exception:
         db.rollback()
         raise
+    known_sessions.remember(db, work, project)
     return _recorded(db, work, project, issued)
 
 

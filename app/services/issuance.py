@@ -278,10 +278,16 @@ def ticket_after_answer(db: Session, project: Project, work: WorkSession) -> Tic
         return None
     if work.finished_at is not None or answered >= work.total:
         return None
-    plan = Plan.model_validate(project.plan)
+    return ticket_for(Plan.model_validate(project.plan), work.id, answered)
+
+
+def ticket_for(plan: Plan, session_id: str, answered: int) -> Ticket | None:
+    """The :class:`Ticket` of the session's question after ``answered`` answers (not its
+    last), as :func:`next_query` would draw it; None if a repeat is drawn or the plan has a
+    comprf strategy."""
     if comprf_positions(plan):
         return None
-    rng = _draws(plan, work.id, answered)
+    rng = _draws(plan, session_id, answered)
     if _repeat_drawn(plan, answered, rng):
         return None
     return Ticket(swap=bool(rng.random() < 0.5), token=secrets.token_urlsafe(24))
@@ -297,7 +303,7 @@ def issued_with_answer(
 ) -> Issued:
     """What :func:`_issue_existing` returns, for the query of ``question`` that the answer's
     statement issued with ``ticket``."""
-    shown = _shown(question.kind, question.o1, question.o2, question.o3, ticket.swap)
+    shown = shown_order(question.kind, question.o1, question.o2, question.o3, ticket.swap)
     query = _query_values(project, work, question, shown, False, now, ticket.token)
     query["id"] = issued.query_id
     return Issued(IssuedQuery(**query), objects=[issued.objects[i] for i in shown if i is not None])
@@ -542,7 +548,7 @@ def _question_values(
     }
 
 
-def _shown(kind: str, o1: int, o2: int, o3: int | None, swap: bool) -> tuple[int, ...]:
+def shown_order(kind: str, o1: int, o2: int, o3: int | None, swap: bool) -> tuple[int, ...]:
     """The objects in the order shown: a triplet's candidates, or a pair, swapped or not."""
     if kind == "triplet":
         return (o1, o3, o2) if swap else (o1, o2, o3)  # type: ignore[return-value]
@@ -589,7 +595,7 @@ def _issue_repeat(
     """Hand ``question``, which ``work`` answered, to it again with a fresh token: a triplet
     mirrored, a pair in the order drawn (``swap``). A repeat takes no place among the
     question's wanted answers (any other question goes through :func:`_issue_existing`)."""
-    shown = _shown(question.kind, question.o1, question.o2, question.o3, swap)
+    shown = shown_order(question.kind, question.o1, question.o2, question.o3, swap)
     if question.kind == "triplet":
         shown = (question.o1, question.shown_o3, question.shown_o2)  # mirrored
     values = _query_values(project, work, question, shown, True, now)
@@ -607,7 +613,7 @@ def _issue_existing(
 ) -> Issued:
     """Lease one more place of ``question``, claimed by this transaction, and issue its
     query, in one step (round_trip_sql.issue)."""
-    shown = _shown(question.kind, question.o1, question.o2, question.o3, swap)
+    shown = shown_order(question.kind, question.o1, question.o2, question.o3, swap)
     query = _query_values(project, work, question, shown, False, now)
     query["id"], query["question_id"], objects = round_trip_sql.issue(
         db,

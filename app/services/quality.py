@@ -135,7 +135,13 @@ _participants = Participant.__table__
 _p = _participants.c
 _SET_AUTOMATIC_FLAG = (
     update(_participants)
-    .where(_p.id == bindparam("participant"), ~_p.flag_manual)
+    # Only if the counters it was decided from are still the participant's: a round trip
+    # that answered in autocommit (app.services.known_sessions) reviews after its commit.
+    .where(
+        _p.id == bindparam("participant"),
+        ~_p.flag_manual,
+        _p.n_answers == bindparam("counted"),
+    )
     .values(flagged=bindparam("flagged"), flag_reason=bindparam("reason"))
 )
 
@@ -179,7 +185,13 @@ def review_counts(db: Session, counts: Row, plan: Plan) -> None:
     flagged, reason = bool(reasons), "; ".join(reasons)
     if (flagged, reason) != (counts.flagged, counts.flag_reason):
         db.execute(
-            _SET_AUTOMATIC_FLAG, {"participant": counts.id, "flagged": flagged, "reason": reason}
+            _SET_AUTOMATIC_FLAG,
+            {
+                "participant": counts.id,
+                "flagged": flagged,
+                "reason": reason,
+                "counted": counts.n_answers,
+            },
         )
 
 

@@ -50,6 +50,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from app.db.driver import Statement, bind, first, rows, run, timestamp
@@ -57,14 +58,34 @@ from app.db.driver import Statement, bind, first, rows, run, timestamp
 # -- the parts, written once -----------------------------------------------------------------
 
 # Mark the session's query answered, if still leased and the choice is one it offered.
-_CLAIM = """
+_CLAIM_UPDATE = """
     UPDATE queries SET status = 'answered', answered_at = CAST(:now AS TIMESTAMPTZ)
     WHERE token = CAST(:token AS VARCHAR) AND session_id = CAST(:session AS VARCHAR)
       AND status = 'issued' AND expires_at > CAST(:now AS TIMESTAMPTZ)
       AND ((kind = 'triplet' AND (o2 = CAST(:choice AS INTEGER) OR o3 = CAST(:choice AS INTEGER)))
            OR (kind <> 'triplet' AND CAST(:choice AS INTEGER) IN (-1, 0, 1)))
-    RETURNING id, question_id, kind, o1, o2, o3, is_repeat, issued_at
 """
+_CLAIM_RETURNING = "RETURNING id, question_id, kind, o1, o2, o3, is_repeat, issued_at"
+_CLAIM = f"{_CLAIM_UPDATE} {_CLAIM_RETURNING}"
+# The answer's statement run alone (autocommit) for a session the server process knows
+# (app.services.known_sessions): it holds the session and its participant itself, as the
+# first step does otherwise, and claims the query only if the session is as the process
+# remembers it (its token, its count of answers, not finished) and its project's plan
+# unchanged (``updated_at``, which every change of the plan moves). Its snapshot is taken
+# before the rows are held, so a question just given to another session of the
+# participant may be unseen: the unique index on (participant, question, is_repeat)
+# refuses it then, and the round trip is run the usual way.
+_HELD = """
+    SELECT sessions.id FROM sessions
+    JOIN participants ON participants.id = sessions.participant_id
+    JOIN projects ON projects.id = sessions.project_id
+    WHERE sessions.id = CAST(:session AS VARCHAR)
+      AND sessions.token_hash = CAST(:token_hash AS VARCHAR)
+      AND sessions.answered = CAST(:answered AS INTEGER) AND sessions.finished_at IS NULL
+      AND projects.updated_at = CAST(:project_updated AS TIMESTAMPTZ)
+    FOR NO KEY UPDATE OF sessions, participants
+"""
+_CLAIM_HELD = f"{_CLAIM_UPDATE} AND EXISTS (SELECT FROM held) {_CLAIM_RETURNING}"
 # From leased to answered; a repeat never held a place (see issuance.count_places).
 _PLACE = """
     UPDATE questions SET live = questions.live - 1, answered = questions.answered + 1,
@@ -287,8 +308,11 @@ _OPEN_COLUMNS = "questions.id, questions.kind, questions.o1, questions.o2, quest
 
 # -- PostgreSQL: one statement per step ------------------------------------------------------
 
-_PG_ANSWER = f"""
-WITH claim AS ({_CLAIM}),
+
+def _pg_answer(first_steps: str) -> str:
+    """The answer's statement on PostgreSQL, from ``first_steps``: the CTEs up to ``claim``."""
+    return f"""
+WITH {first_steps},
 place AS ({_PLACE} FROM claim WHERE questions.id = claim.question_id AND NOT claim.is_repeat),
 first AS ({_FIRST}),
 answer AS ({_ANSWER.format(server_ms=_SERVER_MS["postgresql"])}),
@@ -312,6 +336,10 @@ FROM session CROSS JOIN counts
 LEFT JOIN open ON true
 LEFT JOIN query ON true
 """
+
+
+_PG_ANSWER = _pg_answer(f"claim AS ({_CLAIM})")
+_PG_ANSWER_HELD = _pg_answer(f"held AS ({_HELD}), claim AS ({_CLAIM_HELD})")
 _PG_ISSUE = f"""
 WITH leased AS ({_LEASE_ONE}),
 question AS (SELECT leased.id, {_SHOWN_GIVEN} FROM leased),
@@ -350,6 +378,7 @@ RETURNING id AS query_id, question_id,
 """
 
 ANSWER = Statement(_PG_ANSWER, "")
+ANSWER_HELD = Statement(_PG_ANSWER_HELD, "")
 ISSUE = Statement(_PG_ISSUE, "")
 OPEN_QUESTION = Statement(
     _OPEN.format(columns=_OPEN_COLUMNS, lock=_CLAIM_OPEN, stored=""),
@@ -398,17 +427,7 @@ def answer(db: Session, params: dict[str, Any]) -> Answered | None:
     conn = db.connection()
     params = bind(conn, params)
     if conn.dialect.name == "postgresql":
-        row = first(conn, ANSWER, params)
-        if row is None:
-            return None
-        open_question = None
-        if row.q_id is not None:
-            open_question = (row.q_id, row.q_kind, row.q_o1, row.q_o2, row.q_o3)
-        issued = None
-        if row.query_id is not None:
-            by_index = {shown[0]: ShownObject(*shown) for shown in row.shown_objects}
-            issued = IssuedWith(row.query_id, by_index)
-        return Answered(*row[:15], open_question, issued)
+        return _answered(first(conn, ANSWER, params))
     claimed = first(conn, CLAIM, params)
     if claimed is None:
         return None
@@ -426,6 +445,30 @@ def answer(db: Session, params: dict[str, Any]) -> Answered | None:
         open_question and tuple(open_question),
         None,
     )
+
+
+def answer_held(connection: Connection, params: dict[str, Any]) -> Answered | None:
+    """:func:`answer` with ``issue``, on PostgreSQL, as one statement on ``connection`` in
+    autocommit that holds the session and its participant itself (``_HELD``): None, and
+    nothing changed, unless the session is as ``params`` remember it (token_hash, answered,
+    project_updated) and the query was claimed. ``IntegrityError`` (nothing changed) if
+    another request stored the answer first or another session of the participant was
+    given the same question."""
+    return _answered(first(connection, ANSWER_HELD, params))
+
+
+def _answered(row: Any) -> Answered | None:
+    """What PostgreSQL's answer statement returned, as :class:`Answered`."""
+    if row is None:
+        return None
+    open_question = None
+    if row.q_id is not None:
+        open_question = (row.q_id, row.q_kind, row.q_o1, row.q_o2, row.q_o3)
+    issued = None
+    if row.query_id is not None:
+        by_index = {shown[0]: ShownObject(*shown) for shown in row.shown_objects}
+        issued = IssuedWith(row.query_id, by_index)
+    return Answered(*row[:15], open_question, issued)
 
 
 def open_question(db: Session, project_id: int, participant_id: int) -> tuple | None:

@@ -225,6 +225,14 @@ def authenticate_session_in_project(
     return work, driver.loaded(db, Project, project_values, dialect)
 
 
+def token_hash(authorization: str | None) -> str | None:
+    """The hash of the session token an ``Authorization`` header carries (as the session's
+    row keeps it), or None if it carries none."""
+    if not authorization or not authorization.lower().startswith("bearer "):
+        return None
+    return _hash(_bearer(authorization))
+
+
 def _bearer(authorization: str | None) -> str:
     if not authorization or not authorization.lower().startswith("bearer "):
         raise Unauthorized("send the session token as 'Authorization: Bearer <session_token>'")

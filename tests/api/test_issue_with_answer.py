@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
-from app.services import issuance, responses, sessions
+from app.services import issuance, sessions
 from tests.factories import (
     answer,
     committed_requests,
@@ -81,10 +81,10 @@ def test_answer_issues_what_next_query_issues(
     app, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tickets: list[Any] = []
-    ticket_after_answer = issuance.ticket_after_answer
+    ticket_for = issuance.ticket_for
 
     def counted(*args: Any) -> Any:
-        ticket = ticket_after_answer(*args)
+        ticket = ticket_for(*args)
         tickets.append(ticket)
         return ticket
 
@@ -92,7 +92,9 @@ def test_answer_issues_what_next_query_issues(
     # digits, issuance._session_number), projects alike in seed, objects and plan.
     prefix = uuid.uuid4().hex[:8]
     with committed_requests(app, engine) as headers, TestClient(app) as client:
-        monkeypatch.setattr(responses, "ticket_after_answer", counted)
+        # Tickets are drawn by the usual round trip (responses.answer_and_next) and by the
+        # one statement of a session the process knows (app.services.known_sessions).
+        monkeypatch.setattr(issuance, "ticket_for", counted)
         together = _shown_in_session(
             client,
             engine,
@@ -101,7 +103,7 @@ def test_answer_issues_what_next_query_issues(
             f"{prefix}-0000-4000-8000-000000000001",
             monkeypatch,
         )
-        monkeypatch.setattr(responses, "ticket_after_answer", lambda *args: None)
+        monkeypatch.setattr(issuance, "ticket_for", lambda *args: None)
         apart = _shown_in_session(
             client,
             engine,

@@ -1,0 +1,194 @@
+"""A round trip in one statement on PostgreSQL, for a session this server process knows.
+
+A round trip (``responses.answer_and_next``) sends the database four messages: ``BEGIN``,
+the statement that authenticates the session and holds it and its participant, the answer's
+statement, ``COMMIT``. What the first statement reads, the process learnt when it last served
+the session (its participant, its token's hash, its count of answers, its project's plan), and
+a worker keeps its connection, so its next answer comes to the same process. For such a
+session the process decides the next question's :class:`~app.services.issuance.Ticket` from
+what it remembers and sends one statement, in autocommit (``round_trip_sql.answer_held``): it
+holds the session and its participant itself and does anything only if the session is still
+as remembered. Otherwise (a session seen first, a stale memory, a wrong token, the session's
+last answer, a repeat drawn, a comprf plan, no question open, an error) nothing was changed,
+or the answer was stored and the question alone is missing, and the round trip is run the
+usual way, which learns the session anew: an answer sent again is recognised there as the
+same answer (``responses._not_claimed``) and the next question issued.
+
+Every guarantee holds as in the usual round trip: the answer is committed (autocommit is a
+commit per statement) before the reply; the query is claimed exactly once (its row); a
+question is never given twice to a participant (the answer's snapshot is taken before the
+participant is held, so the unique index on (participant, question, is_repeat) refuses what
+the snapshot could not see, and the round trip is run again the usual way). The quality
+review that every fifth answer runs is a transaction of its own after the answer's, written
+only if the participant's counters have not moved since (``quality.review_counts``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.db.models import Project, WorkSession, utcnow
+from app.schemas.plans import Plan
+from app.services import issuance, round_trip_sql
+from app.services.comprf import stored_plan_has_comprf
+from app.services.issuance import lease_end, shown_order
+from app.services.quality import min_answer_ms, review_counts
+from app.services.responses import MAX_CLIENT_MS, QUALITY_REVIEW_EVERY
+from app.services.sessions import session_code_hash, token_hash
+
+MAX_KNOWN = 50_000  # sessions remembered per process (~1 kB each): the oldest are forgotten
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What the process remembers of a session after serving it."""
+
+    participant_id: int
+    project_id: int
+    source: str
+    total: int
+    answered: int
+    token_hash: str
+    project_updated: datetime
+    plan: Plan
+    min_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """A round trip done in one statement: the session's count and total after the answer,
+    and the next question's token, kind and objects in the order shown."""
+
+    answered: int
+    total: int
+    token: str
+    kind: str
+    objects: list[round_trip_sql.ShownObject]
+
+
+_known: dict[str, Known] = {}  # by session id, oldest first
+_plans: dict[int, tuple[datetime, Plan]] = {}  # by project id: the plan as of updated_at
+
+
+def remember(db: Session, work: WorkSession, project: Project) -> None:
+    """Remember ``work`` as the transaction just committed left it (PostgreSQL), if its next
+    answer could be taken in one statement."""
+    if not _own_connections(db):
+        return
+    _known.pop(work.id, None)
+    if work.finished_at is not None or not project.plan or stored_plan_has_comprf(project.plan):
+        return
+    if work.answered + 1 >= work.total:
+        return  # its next answer is its last
+    plan = _plans.get(project.id)
+    if plan is None or plan[0] != project.updated_at:
+        plan = _plans[project.id] = (project.updated_at, Plan.model_validate(project.plan))
+    _known[work.id] = Known(
+        participant_id=work.participant_id,
+        project_id=project.id,
+        source=work.source,
+        total=work.total,
+        answered=work.answered,
+        token_hash=work.token_hash,
+        project_updated=project.updated_at,
+        plan=plan[1],
+        min_ms=min_answer_ms(project),
+    )
+    while len(_known) > MAX_KNOWN:
+        try:
+            _known.pop(next(iter(_known)), None)
+        except (RuntimeError, StopIteration):  # changed by the other thread meanwhile
+            continue
+
+
+def _own_connections(db: Session) -> bool:
+    """Whether ``db`` is bound to a PostgreSQL engine, whose pool can lend a connection of its
+    own to the statement in autocommit (not to a connection inside a transaction, as tests
+    that roll back everything bind it)."""
+    bind = db.get_bind()
+    return isinstance(bind, Engine) and bind.dialect.name == "postgresql"
+
+
+def answer(
+    db: Session,
+    session_id: str,
+    authorization: str | None,
+    token: str,
+    choice: int,
+    client_ms: float | None,
+) -> Answered | None:
+    """Record the answer and issue the next question in one statement, if the session is
+    known and as remembered; None if the round trip must run the usual way (see the
+    module). ``db``: the request's session, whose engine's pool lends the connection."""
+    known = _known.pop(session_id, None)
+    if known is None or not _own_connections(db):
+        return None
+    answered = known.answered + 1
+    if answered >= known.total or token_hash(authorization) != known.token_hash:
+        return None  # the session's last answer, or the usual way names what is wrong
+    if client_ms is not None and not (math.isfinite(client_ms) and 0 <= client_ms <= MAX_CLIENT_MS):
+        return None
+    ticket = issuance.ticket_for(known.plan, session_id, answered)
+    if ticket is None:
+        return None
+    now = utcnow()
+    params: dict[str, Any] = {
+        "token": token,
+        "session": session_id,
+        "now": now,
+        "choice": choice,
+        "project": known.project_id,
+        "participant": known.participant_id,
+        "source": known.source,
+        "client_ms": client_ms,
+        "min_ms": known.min_ms,
+        "code_hash": session_code_hash(session_id),
+        "issue": True,
+        "swap": ticket.swap,
+        "issued_token": ticket.token,
+        "expires": lease_end(now),
+        "token_hash": known.token_hash,
+        "answered": known.answered,
+        "project_updated": known.project_updated,
+    }
+    engine = db.get_bind()
+    assert isinstance(engine, Engine)
+    with engine.connect() as connection:
+        # Autocommit set on the driver's connection for this one statement, and back before
+        # the pool takes it again: SQLAlchemy's isolation_level option did the same with
+        # ~200 k instructions per round trip of its own bookkeeping (callgrind, a tenth of
+        # the round trip). Its transaction then has nothing to end: psycopg sends no
+        # ROLLBACK on an idle connection.
+        driver = connection.connection.driver_connection
+        driver.autocommit = True
+        try:
+            row = round_trip_sql.answer_held(connection, params)
+        except IntegrityError:  # a race: nothing was changed (see round_trip_sql._HELD)
+            return None
+        finally:
+            if not driver.closed:
+                driver.autocommit = False
+    if row is None:
+        return None
+    if row.session_answered % QUALITY_REVIEW_EVERY == 0:
+        review_counts(db, row, known.plan)  # type: ignore[arg-type]
+        db.commit()
+    if row.issued is None:
+        return None  # stored, but no question was open: the usual way fills the pool
+    _known[session_id] = replace(known, answered=row.session_answered)
+    kind, o1, o2, o3 = row.open_question[1:]
+    shown = shown_order(kind, o1, o2, o3, ticket.swap)
+    return Answered(
+        answered=row.session_answered,
+        total=known.total,
+        token=ticket.token,
+        kind=kind,
+        objects=[row.issued.objects[index] for index in shown],
+    )

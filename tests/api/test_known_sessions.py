@@ -1,0 +1,227 @@
+"""A round trip in one statement, for a session the server process knows (PostgreSQL,
+``app.services.known_sessions``): the rows it writes follow the rules, and whatever the
+process remembers wrongly, or cannot do in one statement, is run the usual way.
+
+These run on committed requests, as on a real server: the statement runs in autocommit on a
+connection of its own, which a test's rolled-back transaction would not let it do."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, event, func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.db.models import Answer, Project, Query, WorkSession
+from app.services import known_sessions
+from tests.api.test_round_trip_rows import check_round_trip_rows
+from tests.factories import (
+    answer,
+    committed_requests,
+    first_choice,
+    make_objects,
+    make_project,
+    next_query,
+    open_session,
+    set_plan,
+)
+
+ONE_STATEMENT = "WITH held AS"  # round_trip_sql.ANSWER_HELD
+USUAL_ANSWER = "WITH claim AS"  # round_trip_sql.ANSWER
+
+
+@pytest.fixture
+def postgres(engine: Engine) -> Engine:
+    if engine.dialect.name != "postgresql":
+        pytest.skip("the round trip in one statement is PostgreSQL's")
+    return engine
+
+
+@pytest.fixture
+def sent(postgres: Engine) -> Iterator[list[str]]:
+    """The answer statements sent, by their first words."""
+    texts: list[str] = []
+
+    def record(_conn, _cursor, statement, _parameters, _context, _many) -> None:  # type: ignore[no-untyped-def]
+        words = " ".join(statement.split()[:3])
+        if words in (ONE_STATEMENT, USUAL_ANSWER):
+            texts.append(words)
+
+    event.listen(postgres, "before_cursor_execute", record)
+    yield texts
+    event.remove(postgres, "before_cursor_execute", record)
+
+
+@pytest.fixture
+def project(app, postgres: Engine) -> Iterator[tuple[TestClient, dict[str, str], str]]:  # type: ignore[no-untyped-def]
+    slug = f"known-{uuid.uuid4().hex[:8]}"
+    with committed_requests(app, postgres) as headers, TestClient(app) as client:
+        yield client, headers, slug
+        client.delete(f"/api/projects/{slug}?force=true", headers=headers)
+
+
+def _answers_of(engine: Engine, session_id: str) -> int:
+    with Session(engine) as db:
+        return db.scalar(select(func.count()).where(Answer.session_id == session_id)) or 0
+
+
+def test_rows_follow_the_rules_when_answered_in_one_statement(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
+    client, headers, slug = project
+    with Session(postgres, expire_on_commit=False) as db:
+        check_round_trip_rows(client, headers, db, slug)
+    # Repeats (40 % of the questions here) and each session's last answer take the usual
+    # way; most of the rest were answered in one statement.
+    assert sent.count(ONE_STATEMENT) >= 30, sent
+
+
+def test_a_stale_memory_is_tried_then_run_the_usual_way(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
+    client, headers, slug = project
+    make_project(client, headers, slug)
+    make_objects(client, headers, slug, 20)
+    set_plan(client, headers, slug, queries_per_session=10, gold_rate=0)
+    session_id, session = open_session(client, slug, participant="w")
+    body = next_query(client, session_id, session)
+    stale = known_sessions._known[session_id]
+    for _ in range(2):
+        query = body["query"]
+        response = answer(client, session_id, session, query["token"], first_choice(query))
+        body = response.json()["next"]
+    assert sent == [ONE_STATEMENT] * 2
+    # As if another server process had answered since: the memory of two answers ago.
+    known_sessions._known[session_id] = stale
+    sent.clear()
+    query = body["query"]
+    response = answer(client, session_id, session, query["token"], first_choice(query))
+    assert response.status_code == 201, response.text
+    assert response.json()["answered"] == 3
+    assert response.json()["next"]["query"]["position"] == 4
+    assert sent == [ONE_STATEMENT, USUAL_ANSWER]  # tried, changed nothing; then the usual way
+    assert known_sessions._known[session_id].answered == 3  # learnt anew
+    assert _answers_of(postgres, session_id) == 3
+
+
+def test_a_wrong_token_is_refused_and_changes_nothing(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
+    client, headers, slug = project
+    make_project(client, headers, slug)
+    make_objects(client, headers, slug, 20)
+    set_plan(client, headers, slug, queries_per_session=10, gold_rate=0)
+    session_id, session = open_session(client, slug, participant="w")
+    query = next_query(client, session_id, session)["query"]
+    assert session_id in known_sessions._known
+    wrong = {"Authorization": "Bearer not-the-token"}
+    response = answer(client, session_id, wrong, query["token"], first_choice(query))
+    assert response.status_code == 401, response.text
+    assert sent == [] and _answers_of(postgres, session_id) == 0
+    response = answer(client, session_id, session, query["token"], first_choice(query))
+    assert response.status_code == 201, response.text
+    assert _answers_of(postgres, session_id) == 1
+
+
+def test_an_answer_sent_again_is_the_same_answer(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
+    client, headers, slug = project
+    make_project(client, headers, slug)
+    make_objects(client, headers, slug, 20)
+    set_plan(client, headers, slug, queries_per_session=10, gold_rate=0)
+    session_id, session = open_session(client, slug, participant="w")
+    query = next_query(client, session_id, session)["query"]
+    choice = first_choice(query)
+    first = answer(client, session_id, session, query["token"], choice)
+    assert first.status_code == 201 and sent == [ONE_STATEMENT]
+    again = answer(client, session_id, session, query["token"], choice)
+    assert again.status_code == 201, again.text
+    assert again.json()["answered"] == 1
+    assert again.json()["next"]["query"]["token"] == first.json()["next"]["query"]["token"]
+    other = query["objects"][2]["index"] if query["kind"] == "triplet" else 1
+    assert answer(client, session_id, session, query["token"], other).status_code == 409
+    assert _answers_of(postgres, session_id) == 1
+
+
+def test_the_review_after_a_one_statement_answer_flags(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
+    client, headers, slug = project
+    make_project(client, headers, slug)
+    make_objects(client, headers, slug, 20)
+    set_plan(
+        client, headers, slug, queries_per_session=12, gold_rate=0, min_answer_ms=500,
+        quality={"min_answers": 5, "max_fast_share": 0.5, "max_position_bias": 1},
+    )  # fmt: skip
+    session_id, session = open_session(client, slug, participant="hasty")
+    body = next_query(client, session_id, session)
+    for _ in range(5):
+        query = body["query"]
+        response = answer(client, session_id, session, query["token"], first_choice(query), 100)
+        body = response.json()["next"]
+    assert sent == [ONE_STATEMENT] * 5  # the fifth answer's review ran after its statement
+    rows = client.get(f"/api/projects/{slug}/participants", headers=headers).json()["data"]
+    assert rows[0]["flagged"] is True and "too fast" in rows[0]["flag_reason"]
+
+
+def test_no_open_question_left_is_run_the_usual_way(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
+    """The answer is stored in one statement, which finds no question left for the
+    participant: the usual way takes the same answer again as sent twice and ends the
+    session, every answer stored once."""
+    client, headers, slug = project
+    make_project(client, headers, slug)
+    make_objects(client, headers, slug, 4)  # 12 triplets in all
+    set_plan(client, headers, slug, queries_per_session=40, gold_rate=0)
+    session_id, session = open_session(client, slug, participant="w")
+    body = next_query(client, session_id, session)
+    replies = []
+    while not body.get("done"):
+        query = body["query"]
+        response = answer(client, session_id, session, query["token"], first_choice(query))
+        assert response.status_code == 201, response.text
+        replies.append(response.json())
+        body = replies[-1]["next"]
+    answered = replies[-1]["answered"]
+    assert replies[-1]["done"] is True and answered < 40
+    # Each answer in one statement; the last found no question left, and the usual way
+    # took the same answer again (nothing claimed) and ended the session.
+    assert sent == [ONE_STATEMENT] * answered + [USUAL_ANSWER]
+    assert _answers_of(postgres, session_id) == answered
+    with Session(postgres) as db:
+        work = db.get(WorkSession, session_id)
+        assert work is not None and work.answered == answered and work.finished_at is not None
+
+
+def test_a_question_is_given_to_a_participant_once(client, auth_headers, db: Session) -> None:
+    """The unique index the one statement relies on, on both databases: a second query of
+    a question to the same participant is refused (a repeat is the one exception)."""
+    make_project(client, auth_headers, "once")
+    make_objects(client, auth_headers, "once", 10)
+    set_plan(client, auth_headers, "once", queries_per_session=5, gold_rate=0)
+    session_id, session = open_session(client, "once", participant="w")
+    next_query(client, session_id, session)
+    project_id = db.scalar(select(Project.id).where(Project.slug == "once"))
+    given = db.scalars(select(Query).where(Query.project_id == project_id)).one()
+
+    def again(is_repeat: bool) -> Query:
+        return Query(
+            project_id=given.project_id, question_id=given.question_id,
+            session_id=given.session_id, participant_id=given.participant_id, kind=given.kind,
+            o1=given.o1, o2=given.o2, o3=given.o3, status="issued", is_repeat=is_repeat,
+            token=uuid.uuid4().hex, issued_at=given.issued_at, expires_at=given.expires_at,
+        )  # fmt: skip
+
+    with db.begin_nested():
+        db.add(again(is_repeat=True))  # asked again as a repeat: allowed, once
+    with pytest.raises(IntegrityError), db.begin_nested():
+        db.add(again(is_repeat=False))
+    with pytest.raises(IntegrityError), db.begin_nested():
+        db.add(again(is_repeat=True))
+
+
+def test_the_oldest_sessions_are_forgotten_past_the_bound(project, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    client, headers, slug = project
+    make_project(client, headers, slug)
+    make_objects(client, headers, slug, 20)
+    set_plan(client, headers, slug, queries_per_session=10, gold_rate=0)
+    monkeypatch.setattr(known_sessions, "_known", {})
+    monkeypatch.setattr(known_sessions, "MAX_KNOWN", 2)
+    opened = [open_session(client, slug, participant=f"w{i}") for i in range(3)]
+    for session_id, session in opened:
+        next_query(client, session_id, session)
+    assert [s in known_sessions._known for s, _ in opened] == [False, True, True]
