@@ -25,9 +25,9 @@ only if the participant's counters have not moved since (``quality.review_counts
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine
@@ -43,7 +43,7 @@ from app.services.quality import min_answer_ms, review_counts
 from app.services.responses import MAX_CLIENT_MS, QUALITY_REVIEW_EVERY
 from app.services.sessions import session_code_hash, token_hash
 
-MAX_KNOWN = 50_000  # sessions remembered per process (~1 kB each): the oldest are forgotten
+MAX_KNOWN = 50_000  # sessions remembered per process (~0.5 kB each): the oldest forgotten
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ class Known:
     total: int
     answered: int
     token_hash: str
-    project_updated: datetime
+    plan_json: str  # the project's plan as read, to compare with the project's own
     plan: Plan
     min_ms: int
 
@@ -74,7 +74,7 @@ class Answered:
 
 
 _known: dict[str, Known] = {}  # by session id, oldest first
-_plans: dict[int, tuple[datetime, Plan]] = {}  # by project id: the plan as of updated_at
+_plans: dict[int, tuple[str, Plan]] = {}  # by project id: its plan, as JSON and validated
 
 
 def remember(db: Session, work: WorkSession, project: Project) -> None:
@@ -87,9 +87,10 @@ def remember(db: Session, work: WorkSession, project: Project) -> None:
         return
     if work.answered + 1 >= work.total:
         return  # its next answer is its last
+    plan_json = json.dumps(project.plan)
     plan = _plans.get(project.id)
-    if plan is None or plan[0] != project.updated_at:
-        plan = _plans[project.id] = (project.updated_at, Plan.model_validate(project.plan))
+    if plan is None or plan[0] != plan_json:
+        plan = _plans[project.id] = (plan_json, Plan.model_validate(project.plan))
     _known[work.id] = Known(
         participant_id=work.participant_id,
         project_id=project.id,
@@ -97,7 +98,7 @@ def remember(db: Session, work: WorkSession, project: Project) -> None:
         total=work.total,
         answered=work.answered,
         token_hash=work.token_hash,
-        project_updated=project.updated_at,
+        plan_json=plan[0],  # one string for all the project's sessions
         plan=plan[1],
         min_ms=min_answer_ms(project),
     )
@@ -156,7 +157,7 @@ def answer(
         "expires": lease_end(now),
         "token_hash": known.token_hash,
         "answered": known.answered,
-        "project_updated": known.project_updated,
+        "plan": known.plan_json,
     }
     engine = db.get_bind()
     assert isinstance(engine, Engine)

@@ -71,7 +71,8 @@ _CLAIM = f"{_CLAIM_UPDATE} {_CLAIM_RETURNING}"
 # (app.services.known_sessions): it holds the session and its participant itself, as the
 # first step does otherwise, and claims the query only if the session is as the process
 # remembers it (its token, its count of answers, not finished) and its project's plan
-# unchanged (``updated_at``, which every change of the plan moves). Its snapshot is taken
+# unchanged (compared as JSONB: the same plan whatever its spacing or key order; not by the
+# project's ``updated_at``, which every fill of the pool moves). Its snapshot is taken
 # before the rows are held, so a question just given to another session of the
 # participant may be unseen: the unique index on (participant, question, is_repeat)
 # refuses it then, and the round trip is run the usual way.
@@ -82,7 +83,7 @@ _HELD = """
     WHERE sessions.id = CAST(:session AS VARCHAR)
       AND sessions.token_hash = CAST(:token_hash AS VARCHAR)
       AND sessions.answered = CAST(:answered AS INTEGER) AND sessions.finished_at IS NULL
-      AND projects.updated_at = CAST(:project_updated AS TIMESTAMPTZ)
+      AND CAST(projects.plan AS JSONB) = CAST(:plan AS JSONB)
     FOR NO KEY UPDATE OF sessions, participants
 """
 _CLAIM_HELD = f"{_CLAIM_UPDATE} AND EXISTS (SELECT FROM held) {_CLAIM_RETURNING}"
@@ -451,7 +452,7 @@ def answer_held(connection: Connection, params: dict[str, Any]) -> Answered | No
     """:func:`answer` with ``issue``, on PostgreSQL, as one statement on ``connection`` in
     autocommit that holds the session and its participant itself (``_HELD``): None, and
     nothing changed, unless the session is as ``params`` remember it (token_hash, answered,
-    project_updated) and the query was claimed. ``IntegrityError`` (nothing changed) if
+    plan: the project's, as JSON) and the query was claimed. ``IntegrityError`` (nothing changed) if
     another request stored the answer first or another session of the participant was
     given the same question."""
     return _answered(first(connection, ANSWER_HELD, params))

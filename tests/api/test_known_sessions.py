@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, event, func, select
+from sqlalchemy import Engine, event, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -225,3 +225,39 @@ def test_the_oldest_sessions_are_forgotten_past_the_bound(project, monkeypatch) 
     for session_id, session in opened:
         next_query(client, session_id, session)
     assert [s in known_sessions._known for s, _ in opened] == [False, True, True]
+
+
+def test_the_plan_is_what_must_not_change(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
+    """A fill of the pool writes the project's row (its planner's state, ``updated_at``):
+    the memory of its sessions stays good. A change of the plan makes it stale."""
+    client, headers, slug = project
+    make_project(client, headers, slug)
+    make_objects(client, headers, slug, 20)
+    set_plan(client, headers, slug, queries_per_session=10, gold_rate=0)
+    session_id, session = open_session(client, slug, participant="w")
+    body = next_query(client, session_id, session)
+
+    def answered_with(sql: str) -> list[str]:
+        with postgres.begin() as connection:
+            connection.execute(text(sql), {"slug": slug})
+        sent.clear()
+        query = body["query"]
+        response = answer(client, session_id, session, query["token"], first_choice(query))
+        assert response.status_code == 201, response.text
+        return response.json()["next"]
+
+    body = answered_with(
+        "UPDATE projects SET plan_step = plan_step + 1, updated_at = now() WHERE slug = :slug"
+    )
+    assert sent == [ONE_STATEMENT]
+    # The plan rewritten in another order and spacing is the same plan.
+    body = answered_with(
+        "UPDATE projects SET plan = CAST(CAST(plan AS JSONB) AS JSON) WHERE slug = :slug"
+    )
+    assert sent == [ONE_STATEMENT]
+    body = answered_with(
+        "UPDATE projects SET plan = CAST(jsonb_set(CAST(plan AS JSONB), '{min_answer_ms}', "
+        "'100') AS JSON) WHERE slug = :slug"
+    )
+    assert sent == [ONE_STATEMENT, USUAL_ANSWER]  # stale: tried, then the usual way
+    assert _answers_of(postgres, session_id) == 3
