@@ -103,6 +103,7 @@ class Ticket:
 
     swap: bool
     token: str
+    repeat_draw: int | None = None  # a repeat drawn: the draw that picks it (one statement)
 
 
 def planner_for(project: Project, plan: Plan | None = None) -> Planner:
@@ -281,16 +282,24 @@ def ticket_after_answer(db: Session, project: Project, work: WorkSession) -> Tic
     return ticket_for(Plan.model_validate(project.plan), work.id, answered)
 
 
-def ticket_for(plan: Plan, session_id: str, answered: int) -> Ticket | None:
+def ticket_for(
+    plan: Plan, session_id: str, answered: int, *, repeats: bool = False
+) -> Ticket | None:
     """The :class:`Ticket` of the session's question after ``answered`` answers (not its
-    last), as :func:`next_query` would draw it; None if a repeat is drawn or the plan has a
-    comprf strategy."""
+    last), drawn as :func:`next_query` draws (a repeat, which one, the order shown); None if
+    the plan has a comprf strategy, or if a repeat is drawn and not ``repeats`` (the
+    caller's statement issues only open questions). A repeated pair is shown in the order
+    ``swap`` says, a repeated triplet mirrored."""
     if comprf_positions(plan):
         return None
     rng = _draws(plan, session_id, answered)
+    repeat_draw = None
     if _repeat_drawn(plan, answered, rng):
-        return None
-    return Ticket(swap=bool(rng.random() < 0.5), token=secrets.token_urlsafe(24))
+        if not repeats:
+            return None
+        repeat_draw = int(rng.integers(round_trip_sql.DRAW_RANGE))
+    swap = bool(rng.random() < 0.5)
+    return Ticket(swap=swap, token=secrets.token_urlsafe(24), repeat_draw=repeat_draw)
 
 
 def issued_with_answer(

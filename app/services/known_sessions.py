@@ -8,11 +8,14 @@ a worker keeps its connection, so its next answer comes to the same process. For
 session the process decides the next question's :class:`~app.services.issuance.Ticket` from
 what it remembers and sends one statement, in autocommit (``round_trip_sql.answer_held``): it
 holds the session and its participant itself and does anything only if the session is still
-as remembered. Otherwise (a session seen first, a stale memory, a wrong token, the session's
-last answer, a repeat drawn, a comprf plan, no question open, an error) nothing was changed,
-or the answer was stored and the question alone is missing, and the round trip is run the
-usual way, which learns the session anew: an answer sent again is recognised there as the
-same answer (``responses._not_claimed``) and the next question issued.
+as remembered. The next question is the open question it claims, or, when a repeat is
+drawn, the repeat it picks (``round_trip_sql.ANSWER_HELD_REPEAT``): the same questions, shown
+in the same order, as the usual way issues (``tests/api/test_issue_with_answer.py``).
+Otherwise (a session seen first, a stale memory, a wrong token, the session's last answer,
+a comprf plan, no question open or none to repeat, an error) nothing was changed, or the
+answer was stored and the question alone is missing, and the round trip is run the usual
+way, which learns the session anew: an answer sent again is recognised there as the same
+answer (``responses._not_claimed``) and the next question issued.
 
 Every guarantee holds as in the usual round trip: the answer is committed (autocommit is a
 commit per statement) before the reply; the query is claimed exactly once (its row); a
@@ -136,7 +139,7 @@ def answer(
         return None  # the session's last answer, or the usual way names what is wrong
     if client_ms is not None and not (math.isfinite(client_ms) and 0 <= client_ms <= MAX_CLIENT_MS):
         return None
-    ticket = issuance.ticket_for(known.plan, session_id, answered)
+    ticket = issuance.ticket_for(known.plan, session_id, answered, repeats=True)
     if ticket is None:
         return None
     now = utcnow()
@@ -155,6 +158,7 @@ def answer(
         "swap": ticket.swap,
         "issued_token": ticket.token,
         "expires": lease_end(now),
+        "draw": ticket.repeat_draw,
         "token_hash": known.token_hash,
         "answered": known.answered,
         "plan": known.plan_json,
@@ -185,7 +189,10 @@ def answer(
         return None  # stored, but no question was open: the usual way fills the pool
     _known[session_id] = replace(known, answered=row.session_answered)
     kind, o1, o2, o3 = row.open_question[1:]
-    shown = shown_order(kind, o1, o2, o3, ticket.swap)
+    if ticket.repeat_draw is None:
+        shown = shown_order(kind, o1, o2, o3, ticket.swap)
+    else:  # a repeat: its objects come in the order shown
+        shown = (o1, o2) if o3 is None else (o1, o2, o3)
     return Answered(
         answered=row.session_answered,
         total=known.total,

@@ -244,13 +244,13 @@ _LEASE = """
 """
 _LEASE_ONE = f"{_LEASE} WHERE questions.id = CAST(:question AS BIGINT) RETURNING questions.id"
 # The query of a leased question: ``{question}`` gives its id, kind and the objects in the
-# order shown (s1, s2, s3).
+# order shown (s1, s2, s3); ``{is_repeat}``: false, or true for a repeat (no place leased).
 _QUERY = """
     INSERT INTO queries (project_id, question_id, session_id, participant_id, kind, o1, o2,
         o3, status, is_repeat, token, issued_at, expires_at)
     SELECT CAST(:project AS INTEGER), question.id, CAST(:session AS VARCHAR),
         CAST(:participant AS INTEGER), question.kind, question.s1, question.s2, question.s3,
-        'issued', false, CAST(:issued_token AS VARCHAR), CAST(:now AS TIMESTAMPTZ),
+        'issued', {is_repeat}, CAST(:issued_token AS VARCHAR), CAST(:now AS TIMESTAMPTZ),
         CAST(:expires AS TIMESTAMPTZ)
     FROM {question}
 """
@@ -283,13 +283,13 @@ _SHOWN_OPEN = """open.kind,
 # compute alike.
 REPEAT_WINDOW = 256
 DRAW_RANGE = 2**31
-_REPEAT = f"""
-    WITH recent AS (
-        SELECT queries.question_id, queries.o2, queries.o3, queries.is_repeat
+_RECENT = f"""
+        SELECT queries.id, queries.question_id, queries.o2, queries.o3, queries.is_repeat
         FROM queries
         WHERE queries.session_id = CAST(:session AS VARCHAR) AND queries.status = 'answered'
         ORDER BY queries.id DESC LIMIT {REPEAT_WINDOW}
-    ), candidates AS (
+"""
+_CANDIDATES = """
         SELECT questions.id, questions.kind, questions.o1, questions.o2, questions.o3,
             recent.o2 AS shown_o2, recent.o3 AS shown_o3
         FROM recent JOIN questions ON questions.id = recent.question_id
@@ -298,20 +298,57 @@ _REPEAT = f"""
             SELECT 1 FROM queries AS again
             WHERE again.participant_id = CAST(:participant AS INTEGER)
               AND again.question_id = recent.question_id AND again.is_repeat)
-    )
+"""
+_PICK = f"""
     SELECT * FROM candidates
     ORDER BY candidates.id
     LIMIT 1 OFFSET (
         SELECT CAST(:draw AS BIGINT) * count(*) / {DRAW_RANGE} FROM candidates)
 """
+_REPEAT = f"WITH recent AS ({_RECENT}), candidates AS ({_CANDIDATES}) {_PICK}"
+# The same pick within the answer's statement (a repeat drawn for a session the process
+# knows): the answer just claimed (``claim``) is among the window, as the separate steps
+# see it after the answer; the statement's snapshot shows it still leased. The order shown
+# as issuance._issue_repeat makes it: a triplet mirrored, a pair swapped by ``:swap``.
+_RECENT_WITH_CLAIM = f"""
+    SELECT * FROM ({_RECENT}) AS answered_before
+    UNION ALL SELECT claim.id, claim.question_id, claim.o2, claim.o3, claim.is_repeat FROM claim
+    ORDER BY id DESC LIMIT {REPEAT_WINDOW}
+"""
+_SHOWN_REPEAT = """pick.kind,
+    CASE WHEN pick.kind <> 'triplet' AND CAST(:swap AS BOOLEAN) THEN pick.o2 ELSE pick.o1 END
+        AS s1,
+    CASE WHEN pick.kind = 'triplet' THEN pick.shown_o3
+         WHEN CAST(:swap AS BOOLEAN) THEN pick.o1 ELSE pick.o2 END AS s2,
+    CASE WHEN pick.kind = 'triplet' THEN pick.shown_o2 END AS s3"""
 _OBJECT_COLUMNS = 'objects."index", objects.name, objects.text, objects.image_url'
 _OPEN_COLUMNS = "questions.id, questions.kind, questions.o1, questions.o2, questions.o3"
+_OPEN_IF_STORED = _OPEN.format(columns=_OPEN_COLUMNS, lock=_CLAIM_OPEN, stored=_IF_STORED)
 
 # -- PostgreSQL: one statement per step ------------------------------------------------------
 
 
-def _pg_answer(first_steps: str) -> str:
-    """The answer's statement on PostgreSQL, from ``first_steps``: the CTEs up to ``claim``."""
+def _pg_answer(first_steps: str, *, repeat: bool = False) -> str:
+    """The answer's statement on PostgreSQL, from ``first_steps`` (the CTEs up to
+    ``claim``). Its next question: the open question claimed (issued with ``:issue``), or,
+    with ``repeat``, a repeat picked by ``:draw``; ``q_o1``… are then in the order shown."""
+    if repeat:
+        next_steps = f"""recent AS ({_RECENT_WITH_CLAIM}),
+candidates AS ({_CANDIDATES}),
+pick AS ({_PICK}),
+question AS (SELECT pick.id, {_SHOWN_REPEAT} FROM pick WHERE EXISTS (SELECT FROM stored)),
+query AS ({_QUERY.format(question="question", is_repeat="true")} RETURNING id, o1, o2, o3)"""
+        next_columns = "question.id AS q_id, question.kind AS q_kind, question.s1 AS q_o1, "
+        next_columns += "question.s2 AS q_o2, question.s3 AS q_o3"
+        next_join = "question"
+    else:
+        next_steps = f"""open AS ({_OPEN_IF_STORED}),
+question AS ({_LEASE} FROM open WHERE questions.id = open.id AND CAST(:issue AS BOOLEAN)
+    RETURNING questions.id, {_SHOWN_OPEN}),
+query AS ({_QUERY.format(question="question", is_repeat="false")} RETURNING id, o1, o2, o3)"""
+        next_columns = "open.id AS q_id, open.kind AS q_kind, open.o1 AS q_o1, "
+        next_columns += "open.o2 AS q_o2, open.o3 AS q_o3"
+        next_join = "open"
     return f"""
 WITH {first_steps},
 place AS ({_PLACE} FROM claim WHERE questions.id = claim.question_id AND NOT claim.is_repeat),
@@ -322,29 +359,27 @@ session AS ({_SESSION} FROM stored WHERE sessions.id = CAST(:session AS VARCHAR)
     {_SESSION_RETURNING}),
 counts AS ({_COUNTS} FROM answer, stored WHERE participants.id = CAST(:participant AS INTEGER)
     {_COUNTS_RETURNING}),
-open AS ({_OPEN.format(columns=_OPEN_COLUMNS, lock=_CLAIM_OPEN, stored=_IF_STORED)}),
-question AS ({_LEASE} FROM open WHERE questions.id = open.id AND CAST(:issue AS BOOLEAN)
-    RETURNING questions.id, {_SHOWN_OPEN}),
-query AS ({_QUERY.format(question="question")} RETURNING id, o1, o2, o3)
+{next_steps}
 SELECT session.answered AS session_answered, session.finished_at AS session_finished_at,
-    session.completion_code_hash AS session_code_hash, counts.*,
-    open.id AS q_id, open.kind AS q_kind, open.o1 AS q_o1, open.o2 AS q_o2, open.o3 AS q_o3,
+    session.completion_code_hash AS session_code_hash, counts.*, {next_columns},
     query.id AS query_id,
     (SELECT json_agg(json_build_array({_OBJECT_COLUMNS})) FROM objects
      WHERE objects.project_id = CAST(:project AS INTEGER)
        AND objects."index" IN (query.o1, query.o2, query.o3)) AS shown_objects
 FROM session CROSS JOIN counts
-LEFT JOIN open ON true
+LEFT JOIN {next_join} ON true
 LEFT JOIN query ON true
 """
 
 
 _PG_ANSWER = _pg_answer(f"claim AS ({_CLAIM})")
-_PG_ANSWER_HELD = _pg_answer(f"held AS ({_HELD}), claim AS ({_CLAIM_HELD})")
+_HELD_STEPS = f"held AS ({_HELD}), claim AS ({_CLAIM_HELD})"
+_PG_ANSWER_HELD = _pg_answer(_HELD_STEPS)
+_PG_ANSWER_HELD_REPEAT = _pg_answer(_HELD_STEPS, repeat=True)
 _PG_ISSUE = f"""
 WITH leased AS ({_LEASE_ONE}),
 question AS (SELECT leased.id, {_SHOWN_GIVEN} FROM leased),
-query AS ({_QUERY.format(question="question")} RETURNING id, question_id)
+query AS ({_QUERY.format(question="question", is_repeat="false")} RETURNING id, question_id)
 SELECT query.id AS query_id, query.question_id, {_OBJECT_COLUMNS}
 FROM query
 LEFT JOIN objects ON objects.project_id = CAST(:project AS INTEGER)
@@ -372,7 +407,12 @@ WHERE participants.id = :participant
     ({_OPEN.format(columns=f"json_array({_OPEN_COLUMNS})", lock="", stored="")}) AS open_question
 """
 _SQLITE_QUERY = f"""
-{_QUERY.format(question=f"(SELECT CAST(:question AS INTEGER) AS id, {_SHOWN_GIVEN}) AS question")}
+{
+    _QUERY.format(
+        question=f"(SELECT CAST(:question AS INTEGER) AS id, {_SHOWN_GIVEN}) AS question",
+        is_repeat="false",
+    )
+}
 RETURNING id AS query_id, question_id,
     (SELECT json_group_array(json_array({_OBJECT_COLUMNS})) FROM objects
      WHERE objects.project_id = :project AND objects."index" IN (:s1, :s2, :s3)) AS objects
@@ -380,6 +420,7 @@ RETURNING id AS query_id, question_id,
 
 ANSWER = Statement(_PG_ANSWER, "")
 ANSWER_HELD = Statement(_PG_ANSWER_HELD, "")
+ANSWER_HELD_REPEAT = Statement(_PG_ANSWER_HELD_REPEAT, "")
 ISSUE = Statement(_PG_ISSUE, "")
 OPEN_QUESTION = Statement(
     _OPEN.format(columns=_OPEN_COLUMNS, lock=_CLAIM_OPEN, stored=""),
@@ -454,8 +495,10 @@ def answer_held(connection: Connection, params: dict[str, Any]) -> Answered | No
     nothing changed, unless the session is as ``params`` remember it (token_hash, answered,
     plan: the project's, as JSON) and the query was claimed. ``IntegrityError`` (nothing changed) if
     another request stored the answer first or another session of the participant was
-    given the same question."""
-    return _answered(first(connection, ANSWER_HELD, params))
+    given the same question. With a ``draw`` (not None), the next question is a repeat
+    picked by it (as :func:`repeat`), its objects in ``q_o1``… in the order shown."""
+    statement = ANSWER_HELD if params.get("draw") is None else ANSWER_HELD_REPEAT
+    return _answered(first(connection, statement, params))
 
 
 def _answered(row: Any) -> Answered | None:
