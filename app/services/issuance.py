@@ -353,18 +353,19 @@ def fill_pool_alone(db: Session, project: Project, work: WorkSession) -> bool:
 def fill_pool(
     db: Session,
     project: Project,
-    work: WorkSession,
+    work: WorkSession | None,
     planner: Planner | None = None,
     batch: int = POOL_BATCH,
 ) -> bool:
     """Free the project's expired leases and, if no question is open that ``work``'s
     participant has not seen, let the plan create up to ``batch`` new ones (open, no place
-    taken: issuing takes them). Whether such a question is open now.
+    taken: issuing takes them). Whether such a question is open now. Without ``work`` (a
+    fill ahead, ``app.services.fill_ahead``): create them; whether any was created.
 
     The transaction must hold the project (``projects.hold_project``; SQLite's write lock).
     """
     expire_leases(db, project, utcnow())
-    if _open_question(db, project, work) is not None:
+    if work is not None and _open_question(db, project, work) is not None:
         return True
     plan = Plan.model_validate(project.plan)
     planner = planner or planner_for(project, plan)

@@ -39,7 +39,7 @@ from sqlalchemy.orm import Session
 
 from app.db.models import Project, WorkSession, utcnow
 from app.schemas.plans import Plan
-from app.services import issuance, round_trip_sql
+from app.services import fill_ahead, issuance, round_trip_sql
 from app.services.comprf import stored_plan_has_comprf
 from app.services.issuance import lease_end, shown_order
 from app.services.quality import min_answer_ms, review_counts
@@ -188,6 +188,8 @@ def answer(
     if row.issued is None:
         return None  # stored, but no question was open: the usual way fills the pool
     _known[session_id] = replace(known, answered=row.session_answered)
+    if ticket.repeat_draw is None:
+        fill_ahead.filler(engine).claimed(known.project_id, row.open_question[0])
     kind, o1, o2, o3 = row.open_question[1:]
     if ticket.repeat_draw is None:
         shown = shown_order(kind, o1, o2, o3, ticket.swap)

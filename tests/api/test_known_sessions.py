@@ -16,8 +16,9 @@ from sqlalchemy import Engine, event, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.db.models import Answer, Project, Query, WorkSession
-from app.services import known_sessions
+from app.db.models import Answer, Project, Query, Question, WorkSession
+from app.services import fill_ahead, known_sessions
+from app.services.issuance import POOL_BATCH
 from tests.api.test_round_trip_rows import check_round_trip_rows
 from tests.factories import (
     answer,
@@ -261,3 +262,26 @@ def test_the_plan_is_what_must_not_change(project, postgres, sent) -> None:  # t
     )
     assert sent == [ONE_STATEMENT, USUAL_ANSWER]  # stale: tried, then the usual way
     assert _answers_of(postgres, session_id) == 3
+
+
+def test_the_pool_is_filled_before_it_runs_dry(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
+    """app.services.fill_ahead: a batch is added in the background while questions are
+    left, so no round trip finds the pool empty and takes the usual way to fill it."""
+    client, headers, slug = project
+    make_project(client, headers, slug)
+    make_objects(client, headers, slug, 100)
+    set_plan(client, headers, slug, queries_per_session=300, gold_rate=0)
+    session_id, session = open_session(client, slug, participant="w")
+    body = next_query(client, session_id, session)
+    filler = fill_ahead.filler(postgres)
+    for _ in range(POOL_BATCH + 40):
+        query = body["query"]
+        response = answer(client, session_id, session, query["token"], first_choice(query))
+        assert response.status_code == 201, response.text
+        body = response.json()["next"]
+        filler.wait()  # a fill the answer set off has ended
+    assert USUAL_ANSWER not in sent, sent.count(USUAL_ANSWER)
+    with Session(postgres) as db:
+        project_id = db.scalar(select(Project.id).where(Project.slug == slug))
+        created = db.scalar(select(func.count()).where(Question.project_id == project_id))
+    assert created == 2 * POOL_BATCH  # one batch ahead, not more
