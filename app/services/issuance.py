@@ -299,7 +299,22 @@ def ticket_for(
             return None
         repeat_draw = int(rng.integers(round_trip_sql.DRAW_RANGE))
     swap = bool(rng.random() < 0.5)
-    return Ticket(swap=swap, token=secrets.token_urlsafe(24), repeat_draw=repeat_draw)
+    return Ticket(swap=swap, token=query_token(answered), repeat_draw=repeat_draw)
+
+
+def query_token(answered: int) -> str:
+    """A new query's token: the session's count of answers when the query is issued, a dot,
+    then 24 random bytes (as secret as before). A session holds one query at a time, so the
+    count is the session's when the query is answered: any server process that knows the
+    session can then answer it in one statement, which checks the count against the
+    session's row (``app.services.known_sessions``)."""
+    return f"{answered}.{secrets.token_urlsafe(24)}"
+
+
+def answered_when_issued(token: str) -> int | None:
+    """The count of answers a token of :func:`query_token` carries; None for another token."""
+    count, dot, _ = token.partition(".")
+    return int(count) if dot and count.isdigit() and len(count) <= 9 else None
 
 
 def issued_with_answer(
@@ -587,7 +602,7 @@ def _query_values(
         "o3": objects[2],
         "status": "issued",
         "is_repeat": is_repeat,
-        "token": token or secrets.token_urlsafe(24),
+        "token": token or query_token(work.answered),
         "issued_at": now,
         "expires_at": lease_end(now),
         "answered_at": None,

@@ -2,13 +2,14 @@
 
 A round trip (``responses.answer_and_next``) sends the database four messages: ``BEGIN``,
 the statement that authenticates the session and holds it and its participant, the answer's
-statement, ``COMMIT``. What the first statement reads, the process learnt when it last served
-the session (its participant, its token's hash, its count of answers, its project's plan), and
-a worker keeps its connection, so its next answer comes to the same process. For such a
-session the process decides the next question's :class:`~app.services.issuance.Ticket` from
-what it remembers and sends one statement, in autocommit (``round_trip_sql.answer_held``): it
-holds the session and its participant itself and does anything only if the session is still
-as remembered. The next question is the open question it claims, or, when a repeat is
+statement, ``COMMIT``. What the first statement reads, the process learnt when it served the
+session before (its participant, its token's hash, its project's plan); the session's count
+of answers, which moves, comes with the answer: the query's token carries the count when it
+was issued (``issuance.query_token``), whichever process issued it. For such a session the
+process decides the next question's :class:`~app.services.issuance.Ticket` from these and
+sends one statement, in autocommit (``round_trip_sql.answer_held``): it holds the session and
+its participant itself and does anything only if the session is still as remembered and
+counted. The next question is the open question it claims, or, when a repeat is
 drawn, the repeat it picks (``round_trip_sql.ANSWER_HELD_REPEAT``): the same questions, shown
 in the same order, as the usual way issues (``tests/api/test_issue_with_answer.py``).
 Otherwise (a session seen first, a stale memory, a wrong token, the session's last answer,
@@ -51,7 +52,8 @@ MAX_KNOWN = 50_000  # sessions remembered per process (~0.5 kB each): the oldest
 
 @dataclass(frozen=True, slots=True)
 class Known:
-    """What the process remembers of a session after serving it."""
+    """What the process remembers of a session after serving it (``answered``: its count
+    then, for a token that carries none)."""
 
     participant_id: int
     project_id: int
@@ -134,7 +136,12 @@ def answer(
     known = _known.pop(session_id, None)
     if known is None or not _own_connections(db):
         return None
-    answered = known.answered + 1
+    # The session's count when the query was issued, as its token says (whichever process
+    # issued it), else as this process last saw it; the statement checks it.
+    before = issuance.answered_when_issued(token)
+    if before is None:
+        before = known.answered
+    answered = before + 1
     if answered >= known.total or token_hash(authorization) != known.token_hash:
         return None  # the session's last answer, or the usual way names what is wrong
     if client_ms is not None and not (math.isfinite(client_ms) and 0 <= client_ms <= MAX_CLIENT_MS):
@@ -160,7 +167,7 @@ def answer(
         "expires": lease_end(now),
         "draw": ticket.repeat_draw,
         "token_hash": known.token_hash,
-        "answered": known.answered,
+        "answered": before,
         "plan": known.plan_json,
     }
     engine = db.get_bind()

@@ -79,7 +79,10 @@ def test_rows_follow_the_rules_when_answered_in_one_statement(project, postgres,
     assert sent.count(ONE_STATEMENT) >= 30, sent
 
 
-def test_a_stale_memory_is_tried_then_run_the_usual_way(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
+def test_the_count_of_answers_comes_from_the_token(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
+    """A query's token carries the session's count of answers when it was issued
+    (issuance.query_token): a process whose memory of the session is old (another process
+    answered since) still answers in one statement; the statement checks the count."""
     client, headers, slug = project
     make_project(client, headers, slug)
     make_objects(client, headers, slug, 20)
@@ -92,6 +95,7 @@ def test_a_stale_memory_is_tried_then_run_the_usual_way(project, postgres, sent)
         response = answer(client, session_id, session, query["token"], first_choice(query))
         body = response.json()["next"]
     assert sent == [ONE_STATEMENT] * 2
+    assert body["query"]["token"].startswith("2.")
     # As if another server process had answered since: the memory of two answers ago.
     known_sessions._known[session_id] = stale
     sent.clear()
@@ -100,9 +104,20 @@ def test_a_stale_memory_is_tried_then_run_the_usual_way(project, postgres, sent)
     assert response.status_code == 201, response.text
     assert response.json()["answered"] == 3
     assert response.json()["next"]["query"]["position"] == 4
+    assert sent == [ONE_STATEMENT]
+    # The count checked: a session whose row says otherwise is answered the usual way.
+    body = response.json()["next"]
+    with postgres.begin() as connection:
+        connection.execute(
+            text("UPDATE sessions SET answered = answered + 1 WHERE id = :id"), {"id": session_id}
+        )
+    sent.clear()
+    query = body["query"]
+    response = answer(client, session_id, session, query["token"], first_choice(query))
+    assert response.status_code == 201, response.text
     assert sent == [ONE_STATEMENT, USUAL_ANSWER]  # tried, changed nothing; then the usual way
-    assert known_sessions._known[session_id].answered == 3  # learnt anew
-    assert _answers_of(postgres, session_id) == 3
+    assert response.json()["answered"] == 5  # the row's count (4) and this answer
+    assert _answers_of(postgres, session_id) == 4
 
 
 def test_a_wrong_token_is_refused_and_changes_nothing(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
