@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import Engine, text
@@ -29,6 +30,7 @@ from app.services.projects import lock_project
 
 log = logging.getLogger(__name__)
 
+QUIET_S = 5.0  # after a look that created nothing, the next is this long after
 LOW_WATER = POOL_BATCH // 2  # questions past the one just claimed below which a batch is added
 # The project's last question: claims take the lowest id first, so the ids between the one
 # just claimed and this one are about the questions left open. (Counting the open questions
@@ -42,31 +44,32 @@ def last_question(db: Session, project_id: int) -> int:
     return db.execute(_LAST, {"project": project_id}).scalar_one() or 0
 
 
-def top_up(db: Session, project_id: int, claimed: int) -> int:
+def top_up(db: Session, project_id: int, claimed: int) -> tuple[int, bool]:
     """If fewer than :data:`LOW_WATER` questions come after ``claimed`` (the question a round
     trip just claimed), free the project's expired leases and let its plan create a batch,
     in a transaction of its own that holds the project. Returns the project's last question
-    then. Looked at again once the project is held: of two processes that look together,
+    then, and whether the plan was asked and created none (it has nothing more to ask, for
+    now). Looked at again once the project is held: of two processes that look together,
     the second finds the first one's batch."""
     last = last_question(db, project_id)
     if last - claimed >= LOW_WATER:
         db.rollback()
-        return last
+        return last, False
     project = db.get(Project, project_id)
     if project is None or not _fills_ahead(project):
         db.rollback()
-        return last
+        return last, True
     lock_project(db, project)  # its plan re-read: it may have changed
     last = last_question(db, project_id)
     if not _fills_ahead(project) or last - claimed >= LOW_WATER:
         db.commit()
-        return last
+        return last, False
     created = fill_pool(db, project, None)
     last = last_question(db, project_id)
     db.commit()
     if created:
         statistics.refresh_if_stale(db)  # a fresh database's tables grow fast
-    return last
+    return last, not created
 
 
 def _fills_ahead(project: Project) -> bool:
@@ -87,6 +90,9 @@ class FillAhead:
         self._lock = threading.Lock()
         self._last: dict[int, int] = {}  # by project: its last question, as last looked up
         self._waiting: set[int] = set()
+        # By project: no look before then, after a look whose plan created nothing (near a
+        # study's end every claim would otherwise look, and hold the project, again).
+        self._quiet_until: dict[int, float] = {}
 
     def claimed(self, project_id: int, question_id: int) -> None:
         """A round trip of this process claimed the project's question ``question_id``."""
@@ -95,6 +101,8 @@ class FillAhead:
             if last is not None and last - question_id >= LOW_WATER:
                 return
             if project_id in self._waiting:
+                return
+            if time.monotonic() < self._quiet_until.get(project_id, 0.0):
                 return
             self._waiting.add(project_id)
         self._executor.submit(self._top_up, project_id, question_id)
@@ -106,9 +114,11 @@ class FillAhead:
     def _top_up(self, project_id: int, claimed: int) -> None:
         try:
             with Session(self._engine, expire_on_commit=False) as db:
-                last = top_up(db, project_id, claimed)
+                last, nothing_more = top_up(db, project_id, claimed)
             with self._lock:
                 self._last[project_id] = last
+                if nothing_more:
+                    self._quiet_until[project_id] = time.monotonic() + QUIET_S
         except Exception:
             log.exception("filling the pool of project %s ahead failed", project_id)
         finally:

@@ -175,14 +175,19 @@ def test_the_review_after_a_one_statement_answer_flags(project, postgres, sent) 
     assert rows[0]["flagged"] is True and "too fast" in rows[0]["flag_reason"]
 
 
-def test_no_open_question_left_is_run_the_usual_way(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
+def test_no_open_question_left_is_run_the_usual_way(project, postgres, sent, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The answer is stored in one statement, which finds no question left for the
     participant: the usual way takes the same answer again as sent twice and ends the
-    session, every answer stored once."""
+    session, every answer stored once. The pool filled ahead looks once, finds the plan has
+    nothing more, and does not look again at every claim (fill_ahead.QUIET_S)."""
     client, headers, slug = project
     make_project(client, headers, slug)
     make_objects(client, headers, slug, 4)  # 12 triplets in all
     set_plan(client, headers, slug, queries_per_session=40, gold_rate=0)
+    looks = []
+    top_up = fill_ahead.top_up
+    monkeypatch.setattr(fill_ahead, "top_up", lambda *args: looks.append(args) or top_up(*args))
+    filler = fill_ahead.filler(postgres)
     session_id, session = open_session(client, slug, participant="w")
     body = next_query(client, session_id, session)
     replies = []
@@ -192,6 +197,8 @@ def test_no_open_question_left_is_run_the_usual_way(project, postgres, sent) -> 
         assert response.status_code == 201, response.text
         replies.append(response.json())
         body = replies[-1]["next"]
+        filler.wait()
+    assert len(looks) == 1, looks
     answered = replies[-1]["answered"]
     assert replies[-1]["done"] is True and answered < 40
     # Each answer in one statement; the last found no question left, and the usual way
