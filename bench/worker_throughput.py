@@ -400,12 +400,30 @@ class Salmon:
         self.directory, self.launcher = directory, launcher
         self.pids: dict[str, int] = {}
 
-    def start(self) -> None:
+    def start(self, attempts: int = 3) -> None:
+        """Launch Salmon; again, up to ``attempts`` times, if its frontend does not answer:
+        the frontend asks its backend for the experiment at startup and fails to boot if
+        the backend does not listen yet (a race of the launcher, seen on this machine)."""
+        for attempt in range(1, attempts + 1):
+            self._launch()
+            try:
+                wait_for("http://127.0.0.1:8241/query", seconds=60)
+            except RuntimeError:
+                self.stop()
+                if attempt == attempts:
+                    raise
+                print(f"Salmon did not start (attempt {attempt}); launching it again")
+                continue
+            self.pause()
+            return
+
+    def _launch(self) -> None:
         # A fresh Redis each run, as our rows get fresh databases; and with a saved
         # experiment Salmon's frontend asks its backend to restore it at startup, before
         # launch.sh's backend is up under load, and fails to boot (seen on this machine).
         for saved in (self.directory / "run" / "redis-data").glob("*.rdb"):
             saved.unlink()
+        self.pids = {}
         try:
             subprocess.run(
                 ["bash", str(self.launcher), str(self.directory)],
@@ -416,8 +434,6 @@ class Salmon:
             for line in (self.directory / "run" / "pids").read_text().splitlines():
                 name, pid = line.split()
                 self.pids[name] = int(pid)
-        wait_for("http://127.0.0.1:8241/query")
-        self.pause()
 
     def _dask(self) -> list[int]:
         """The Dask processes (scheduler, workers and their children)."""
