@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 from weakref import WeakKeyDictionary
 
 from fastapi import APIRouter, Depends, Request, status
@@ -110,19 +111,29 @@ def _next_query(db: Session, session_id: str, authorization: str | None) -> Next
 
 def _shown(db: Session, work: WorkSession, project: Project, issued: issuance.Issued) -> NextQuery:
     if issued.query is not None:
-        return NextQuery(
-            query=ShownQuery(
-                token=issued.query.token,
-                kind=issued.query.kind,
-                objects=[
-                    ShownObject(index=o.index, name=o.name, text=o.text, image_url=o.image_url)
-                    for o in issued.objects
-                ],
-                position=work.answered + 1,
-                total=work.total,
-            )
+        return _question(
+            issued.query.token, issued.query.kind, issued.objects, work.answered, work.total
         )
     return _done(db, project, work, issued.message)
+
+
+def _question(
+    token: str, kind: str, objects: Sequence[Any], answered: int, total: int
+) -> NextQuery:
+    """The question of ``token`` as the worker is shown it (``objects``: rows of index, name,
+    text, image_url, in the order shown), after ``answered`` of ``total`` answers."""
+    return NextQuery(
+        query=ShownQuery(
+            token=token,
+            kind=kind,
+            objects=[
+                ShownObject(index=o.index, name=o.name, text=o.text, image_url=o.image_url)
+                for o in objects
+            ],
+            position=answered + 1,
+            total=total,
+        )
+    )
 
 
 def _done(db: Session, project: Project, work: WorkSession, message: str) -> NextQuery:
@@ -301,18 +312,8 @@ def _record_alone(db: Session, answer: Answer) -> AnswerRecorded:
         db, session_id, authorization, data.token, data.choice, data.client_ms
     )
     if quick is not None:
-        shown = [ShownObject(index=o.index, name=o.name, text=o.text, image_url=o.image_url)
-                 for o in quick.objects]  # fmt: skip
-        query = ShownQuery(
-            token=quick.token,
-            kind=quick.kind,
-            objects=shown,
-            position=quick.answered + 1,
-            total=quick.total,
-        )
-        return AnswerRecorded(
-            answered=quick.answered, total=quick.total, done=False, next=NextQuery(query=query)
-        )
+        shown = _question(quick.token, quick.kind, quick.objects, quick.answered, quick.total)
+        return AnswerRecorded(answered=quick.answered, total=quick.total, done=False, next=shown)
     try:
         work, project, issued = responses.answer_and_next(
             db, session_id, authorization, data.token, data.choice, data.client_ms

@@ -30,7 +30,6 @@ only if the participant's counters have not moved since (``quality.review_counts
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -44,7 +43,7 @@ from app.services import fill_ahead, issuance, round_trip_sql
 from app.services.comprf import stored_plan_has_comprf
 from app.services.issuance import lease_end, shown_order
 from app.services.quality import min_answer_ms, review_counts
-from app.services.responses import MAX_CLIENT_MS, QUALITY_REVIEW_EVERY
+from app.services.responses import QUALITY_REVIEW_EVERY, client_ms_valid
 from app.services.sessions import session_code_hash, token_hash
 
 MAX_KNOWN = 50_000  # sessions remembered per process (~0.5 kB each): the oldest forgotten
@@ -144,7 +143,7 @@ def answer(
     answered = before + 1
     if answered >= known.total or token_hash(authorization) != known.token_hash:
         return None  # the session's last answer, or the usual way names what is wrong
-    if client_ms is not None and not (math.isfinite(client_ms) and 0 <= client_ms <= MAX_CLIENT_MS):
+    if not client_ms_valid(client_ms):
         return None
     ticket = issuance.ticket_for(known.plan, session_id, answered, repeats=True)
     if ticket is None:
@@ -195,17 +194,16 @@ def answer(
     if row.issued is None:
         return None  # stored, but no question was open: the usual way fills the pool
     _known[session_id] = replace(known, answered=row.session_answered)
+    question_id, kind, o1, o2, o3 = row.open_question
     if ticket.repeat_draw is None:
-        fill_ahead.filler(engine).claimed(known.project_id, row.open_question[0])
-    kind, o1, o2, o3 = row.open_question[1:]
-    if ticket.repeat_draw is None:
+        fill_ahead.filler(engine).claimed(known.project_id, question_id)
         shown = shown_order(kind, o1, o2, o3, ticket.swap)
     else:  # a repeat: its objects come in the order shown
-        shown = (o1, o2) if o3 is None else (o1, o2, o3)
+        shown = (o1, o2, o3)
     return Answered(
         answered=row.session_answered,
         total=known.total,
         token=ticket.token,
         kind=kind,
-        objects=[row.issued.objects[index] for index in shown],
+        objects=[row.issued.objects[index] for index in shown if index is not None],
     )

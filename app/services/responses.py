@@ -96,6 +96,12 @@ def answer_and_next(
     return work, project, issued
 
 
+def client_ms_valid(client_ms: float | None) -> bool:
+    """Whether ``client_ms`` (the time the worker's page measured) is absent or a finite
+    number of milliseconds between 0 and :data:`MAX_CLIENT_MS`."""
+    return client_ms is None or (math.isfinite(client_ms) and 0 <= client_ms <= MAX_CLIENT_MS)
+
+
 def record_answer(
     db: Session,
     work: WorkSession,
@@ -115,9 +121,7 @@ def record_answer(
     transaction (durable, see :func:`answer_and_next`). ``project``: ``work``'s project, if
     already read. ``ticket``: issue the open question claimed with it, in the same statement.
     """
-    if client_ms is not None and (
-        not math.isfinite(client_ms) or not 0 <= client_ms <= MAX_CLIENT_MS
-    ):
+    if not client_ms_valid(client_ms):
         raise InvalidInput(f"client_ms must be between 0 and {MAX_CLIENT_MS}, got {client_ms}")
     ensure_write(db, durable=True)  # the answer's commit waits for the disk (begin_write)
     now = utcnow()

@@ -228,9 +228,10 @@ def authenticate_session_in_project(
 def token_hash(authorization: str | None) -> str | None:
     """The hash of the session token an ``Authorization`` header carries (as the session's
     row keeps it), or None if it carries none."""
-    if not authorization or not authorization.lower().startswith("bearer "):
+    try:
+        return _hash(_bearer(authorization))
+    except Unauthorized:
         return None
-    return _hash(_bearer(authorization))
 
 
 def _bearer(authorization: str | None) -> str:
