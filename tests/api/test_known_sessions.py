@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -70,6 +71,26 @@ def _answers_of(engine: Engine, session_id: str) -> int:
         return db.scalar(select(func.count()).where(Answer.session_id == session_id)) or 0
 
 
+def _study(client, headers, slug: str, n_objects: int = 20, **plan: Any) -> None:  # type: ignore[no-untyped-def]
+    """The project ``slug`` with ``n_objects`` objects and a plan of random triplets, ten a
+    session and no gold unless ``plan`` says otherwise."""
+    make_project(client, headers, slug)
+    make_objects(client, headers, slug, n_objects)
+    set_plan(client, headers, slug, **{"queries_per_session": 10, "gold_rate": 0, **plan})
+
+
+def _first_question(client, slug: str, participant: str = "w") -> tuple[str, dict, dict]:  # type: ignore[no-untyped-def]
+    """A new session of ``participant``: its id, its headers and its first question."""
+    session_id, session = open_session(client, slug, participant=participant)
+    return session_id, session, next_query(client, session_id, session)
+
+
+def _answer_shown(client, session_id: str, session: dict, body: dict, ms: float = 900):  # type: ignore[no-untyped-def]
+    """Answer the question ``body`` shows with a valid choice; the response."""
+    query = body["query"]
+    return answer(client, session_id, session, query["token"], first_choice(query), ms)
+
+
 def test_rows_follow_the_rules_when_answered_in_one_statement(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
     client, headers, slug = project
     with Session(postgres, expire_on_commit=False) as db:
@@ -84,23 +105,17 @@ def test_the_count_of_answers_comes_from_the_token(project, postgres, sent) -> N
     (issuance.query_token): a process whose memory of the session is old (another process
     answered since) still answers in one statement; the statement checks the count."""
     client, headers, slug = project
-    make_project(client, headers, slug)
-    make_objects(client, headers, slug, 20)
-    set_plan(client, headers, slug, queries_per_session=10, gold_rate=0)
-    session_id, session = open_session(client, slug, participant="w")
-    body = next_query(client, session_id, session)
+    _study(client, headers, slug)
+    session_id, session, body = _first_question(client, slug)
     stale = known_sessions._known[session_id]
     for _ in range(2):
-        query = body["query"]
-        response = answer(client, session_id, session, query["token"], first_choice(query))
-        body = response.json()["next"]
+        body = _answer_shown(client, session_id, session, body).json()["next"]
     assert sent == [ONE_STATEMENT] * 2
     assert body["query"]["token"].startswith("2.")
     # As if another server process had answered since: the memory of two answers ago.
     known_sessions._known[session_id] = stale
     sent.clear()
-    query = body["query"]
-    response = answer(client, session_id, session, query["token"], first_choice(query))
+    response = _answer_shown(client, session_id, session, body)
     assert response.status_code == 201, response.text
     assert response.json()["answered"] == 3
     assert response.json()["next"]["query"]["position"] == 4
@@ -112,8 +127,7 @@ def test_the_count_of_answers_comes_from_the_token(project, postgres, sent) -> N
             text("UPDATE sessions SET answered = answered + 1 WHERE id = :id"), {"id": session_id}
         )
     sent.clear()
-    query = body["query"]
-    response = answer(client, session_id, session, query["token"], first_choice(query))
+    response = _answer_shown(client, session_id, session, body)
     assert response.status_code == 201, response.text
     assert sent == [ONE_STATEMENT, USUAL_ANSWER]  # tried, changed nothing; then the usual way
     assert response.json()["answered"] == 5  # the row's count (4) and this answer
@@ -122,28 +136,23 @@ def test_the_count_of_answers_comes_from_the_token(project, postgres, sent) -> N
 
 def test_a_wrong_token_is_refused_and_changes_nothing(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
     client, headers, slug = project
-    make_project(client, headers, slug)
-    make_objects(client, headers, slug, 20)
-    set_plan(client, headers, slug, queries_per_session=10, gold_rate=0)
-    session_id, session = open_session(client, slug, participant="w")
-    query = next_query(client, session_id, session)["query"]
+    _study(client, headers, slug)
+    session_id, session, body = _first_question(client, slug)
     assert session_id in known_sessions._known
     wrong = {"Authorization": "Bearer not-the-token"}
-    response = answer(client, session_id, wrong, query["token"], first_choice(query))
+    response = _answer_shown(client, session_id, wrong, body)
     assert response.status_code == 401, response.text
     assert sent == [] and _answers_of(postgres, session_id) == 0
-    response = answer(client, session_id, session, query["token"], first_choice(query))
+    response = _answer_shown(client, session_id, session, body)
     assert response.status_code == 201, response.text
     assert _answers_of(postgres, session_id) == 1
 
 
 def test_an_answer_sent_again_is_the_same_answer(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
     client, headers, slug = project
-    make_project(client, headers, slug)
-    make_objects(client, headers, slug, 20)
-    set_plan(client, headers, slug, queries_per_session=10, gold_rate=0)
-    session_id, session = open_session(client, slug, participant="w")
-    query = next_query(client, session_id, session)["query"]
+    _study(client, headers, slug)
+    session_id, session, body = _first_question(client, slug)
+    query = body["query"]
     choice = first_choice(query)
     first = answer(client, session_id, session, query["token"], choice)
     assert first.status_code == 201 and sent == [ONE_STATEMENT]
@@ -158,18 +167,13 @@ def test_an_answer_sent_again_is_the_same_answer(project, postgres, sent) -> Non
 
 def test_the_review_after_a_one_statement_answer_flags(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
     client, headers, slug = project
-    make_project(client, headers, slug)
-    make_objects(client, headers, slug, 20)
-    set_plan(
-        client, headers, slug, queries_per_session=12, gold_rate=0, min_answer_ms=500,
+    _study(
+        client, headers, slug, queries_per_session=12, min_answer_ms=500,
         quality={"min_answers": 5, "max_fast_share": 0.5, "max_position_bias": 1},
     )  # fmt: skip
-    session_id, session = open_session(client, slug, participant="hasty")
-    body = next_query(client, session_id, session)
+    session_id, session, body = _first_question(client, slug, "hasty")
     for _ in range(5):
-        query = body["query"]
-        response = answer(client, session_id, session, query["token"], first_choice(query), 100)
-        body = response.json()["next"]
+        body = _answer_shown(client, session_id, session, body, ms=100).json()["next"]
     assert sent == [ONE_STATEMENT] * 5  # the fifth answer's review ran after its statement
     rows = client.get(f"/api/projects/{slug}/participants", headers=headers).json()["data"]
     assert rows[0]["flagged"] is True and "too fast" in rows[0]["flag_reason"]
@@ -181,19 +185,15 @@ def test_no_open_question_left_is_run_the_usual_way(project, postgres, sent, mon
     session, every answer stored once. The pool filled ahead looks once, finds the plan has
     nothing more, and does not look again at every claim (fill_ahead.QUIET_S)."""
     client, headers, slug = project
-    make_project(client, headers, slug)
-    make_objects(client, headers, slug, 4)  # 12 triplets in all
-    set_plan(client, headers, slug, queries_per_session=40, gold_rate=0)
+    _study(client, headers, slug, n_objects=4, queries_per_session=40)  # 12 triplets in all
     looks = []
     top_up = fill_ahead.top_up
     monkeypatch.setattr(fill_ahead, "top_up", lambda *args: looks.append(args) or top_up(*args))
     filler = fill_ahead.filler(postgres)
-    session_id, session = open_session(client, slug, participant="w")
-    body = next_query(client, session_id, session)
+    session_id, session, body = _first_question(client, slug)
     replies = []
     while not body.get("done"):
-        query = body["query"]
-        response = answer(client, session_id, session, query["token"], first_choice(query))
+        response = _answer_shown(client, session_id, session, body)
         assert response.status_code == 201, response.text
         replies.append(response.json())
         body = replies[-1]["next"]
@@ -239,9 +239,7 @@ def test_a_question_is_given_to_a_participant_once(client, auth_headers, db: Ses
 
 def test_the_oldest_sessions_are_forgotten_past_the_bound(project, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     client, headers, slug = project
-    make_project(client, headers, slug)
-    make_objects(client, headers, slug, 20)
-    set_plan(client, headers, slug, queries_per_session=10, gold_rate=0)
+    _study(client, headers, slug)
     monkeypatch.setattr(known_sessions, "_known", {})
     monkeypatch.setattr(known_sessions, "MAX_KNOWN", 2)
     opened = [open_session(client, slug, participant=f"w{i}") for i in range(3)]
@@ -254,18 +252,14 @@ def test_the_plan_is_what_must_not_change(project, postgres, sent) -> None:  # t
     """A fill of the pool writes the project's row (its planner's state, ``updated_at``):
     the memory of its sessions stays good. A change of the plan makes it stale."""
     client, headers, slug = project
-    make_project(client, headers, slug)
-    make_objects(client, headers, slug, 20)
-    set_plan(client, headers, slug, queries_per_session=10, gold_rate=0)
-    session_id, session = open_session(client, slug, participant="w")
-    body = next_query(client, session_id, session)
+    _study(client, headers, slug)
+    session_id, session, body = _first_question(client, slug)
 
     def answered_with(sql: str) -> list[str]:
         with postgres.begin() as connection:
             connection.execute(text(sql), {"slug": slug})
         sent.clear()
-        query = body["query"]
-        response = answer(client, session_id, session, query["token"], first_choice(query))
+        response = _answer_shown(client, session_id, session, body)
         assert response.status_code == 201, response.text
         return response.json()["next"]
 
@@ -290,15 +284,11 @@ def test_the_pool_is_filled_before_it_runs_dry(project, postgres, sent) -> None:
     """app.services.fill_ahead: a batch is added in the background while questions are
     left, so no round trip finds the pool empty and takes the usual way to fill it."""
     client, headers, slug = project
-    make_project(client, headers, slug)
-    make_objects(client, headers, slug, 100)
-    set_plan(client, headers, slug, queries_per_session=300, gold_rate=0)
-    session_id, session = open_session(client, slug, participant="w")
-    body = next_query(client, session_id, session)
+    _study(client, headers, slug, n_objects=100, queries_per_session=300)
+    session_id, session, body = _first_question(client, slug)
     filler = fill_ahead.filler(postgres)
     for _ in range(POOL_BATCH + 40):
-        query = body["query"]
-        response = answer(client, session_id, session, query["token"], first_choice(query))
+        response = _answer_shown(client, session_id, session, body)
         assert response.status_code == 201, response.text
         body = response.json()["next"]
         filler.wait()  # a fill the answer set off has ended
