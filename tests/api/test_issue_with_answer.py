@@ -36,6 +36,7 @@ def _shown_in_session(
     slug: str,
     session_id: str,
     monkeypatch: Any,
+    tokens: list[str] | None = None,
 ) -> list[tuple[str, tuple[str, ...]]]:
     """The questions a new session of a new project ``slug`` is shown, in order: (kind,
     the objects' names in the order shown). Its id is ``session_id`` (the draws follow it).
@@ -66,6 +67,8 @@ def _shown_in_session(
         query = body["query"]
         shown.append((query["kind"], tuple(o["name"] for o in query["objects"])))
         stored_order[query["token"]] = [*(o["index"] for o in query["objects"]), None][:3]
+        if tokens is not None:
+            tokens.append(query["token"])
         response = answer(client, opened, session_headers, query["token"], first_choice(query))
         assert response.status_code == 201, response.text
         body = response.json()["next"]
@@ -83,6 +86,7 @@ def test_answer_issues_what_next_query_issues(
     app, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     tickets: list[Any] = []
+    shown_tokens: list[str] = []
     ticket_for = issuance.ticket_for
 
     def counted(*args: Any, **kwargs: Any) -> Any:
@@ -104,6 +108,7 @@ def test_answer_issues_what_next_query_issues(
             f"with-{prefix}",
             f"{prefix}-0000-4000-8000-000000000001",
             monkeypatch,
+            shown_tokens,
         )
         monkeypatch.setattr(issuance, "ticket_for", lambda *args, **kwargs: None)
         apart = _shown_in_session(
@@ -116,14 +121,18 @@ def test_answer_issues_what_next_query_issues(
         )
     assert len(together) == ANSWERS
     assert together == apart
-    issued_with = sum(ticket is not None for ticket in tickets)
+    # The tickets whose question was shown: a ticket is drawn again, and not used, when the
+    # one statement stored the answer but had no question to issue (no repeat to pick) and
+    # the usual way took the same answer again.
+    used = [ticket for ticket in tickets if ticket is not None and ticket.token in shown_tokens]
+    issued_with = len(used)
     if engine.dialect.name == "sqlite":
         # SQLite has no data-modifying CTEs: it always issues in a step of its own.
-        assert issued_with == 0
+        assert tickets == []
     else:
         # Most answers issued with a ticket (the session's last without), some of them
         # repeats (in one statement, app.services.known_sessions).
-        repeats = sum(ticket is not None and ticket.repeat_draw is not None for ticket in tickets)
+        repeats = sum(ticket.repeat_draw is not None for ticket in used)
         assert ANSWERS // 2 < issued_with < ANSWERS, issued_with
         assert 0 < repeats < issued_with // 2, repeats
     assert {kind for kind, _ in together} == {"triplet", "pair"}
