@@ -33,6 +33,7 @@ from app.api.ratelimit import WorkerLimits
 from app.api.timings import RouteTimings
 from app.api.uploads import BodySizeLimit
 from app.config import Settings, get_settings
+from app.db import loop_connections
 from app.errors import install_error_handlers
 from app.schemas.common import ErrorBody, ValidationErrorBody
 from app.supervisor import runs_jobs_here, stop_with_supervisor
@@ -106,6 +107,7 @@ def create_app(settings: Settings | None = None, *, freeze_heap: bool = False) -
         if freeze_heap:
             gc.freeze()
         yield
+        loop_connections.close_all()
         if waiting is not None:
             waiting.cancel()
         if app.state.job_runner is not None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+import psycopg
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session
 
 
@@ -146,3 +147,28 @@ def committed_requests(app, engine: Engine) -> Iterator[dict[str, str]]:  # type
         with Session(engine) as db:  # tests that count keys must not see it
             db.execute(delete(ApiKey).where(ApiKey.id == key_id))
             db.commit()
+
+
+@contextmanager
+def statements_sent(engine: Engine, record: Callable[[str], None]) -> Iterator[None]:
+    """Call ``record(sql)`` for each statement this process sends to ``engine``'s database:
+    through SQLAlchemy (its ``before_cursor_execute`` event) and on the event loop's own
+    connections (``app.db.loop_connections``: psycopg's asyncio cursor, outside SQLAlchemy),
+    the real statement sent after it."""
+
+    def listener(_conn, _cursor, statement, _parameters, _context, _many) -> None:  # type: ignore[no-untyped-def]
+        record(statement)
+
+    original = psycopg.AsyncRawCursor.execute
+
+    async def execute(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+        record(query)
+        return await original(self, query, params, **kwargs)
+
+    event.listen(engine, "before_cursor_execute", listener)
+    psycopg.AsyncRawCursor.execute = execute  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        psycopg.AsyncRawCursor.execute = original  # type: ignore[method-assign]
+        event.remove(engine, "before_cursor_execute", listener)

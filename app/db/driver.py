@@ -163,6 +163,44 @@ def rows(connection: Connection, statement: Statement, params: dict[str, Any]) -
     return [row_type._make(row) for row in fetched]
 
 
+async def _cursor_async(
+    connection: psycopg.AsyncConnection[Any], statement: Statement, params: dict[str, Any]
+) -> psycopg.AsyncRawCursor[Any]:
+    cursor = _async_raw_cursors.get(connection)
+    if cursor is None or cursor.closed:
+        cursor = _async_raw_cursors[connection] = psycopg.AsyncRawCursor(connection)
+    await cursor.execute(statement.text("postgresql"), [params[n] for n in statement.names])
+    return cursor
+
+
+async def run_async(
+    connection: psycopg.AsyncConnection[Any], statement: Statement, params: dict[str, Any]
+) -> None:
+    """:func:`run` on a connection of psycopg's asyncio driver (PostgreSQL; see
+    ``app.db.loop_connections``), outside SQLAlchemy: psycopg's exceptions, no listeners."""
+    await _cursor_async(connection, statement, params)
+
+
+async def first_async(
+    connection: psycopg.AsyncConnection[Any], statement: Statement, params: dict[str, Any]
+) -> Any:
+    """:func:`first` as :func:`run_async` runs a statement."""
+    cursor = await _cursor_async(connection, statement, params)
+    row = await cursor.fetchone()
+    if row is None:
+        return None
+    row_type = statement.row_types.get("postgresql")
+    if row_type is None:
+        names = [column[0] for column in cursor.description]
+        row_type = statement.row_types["postgresql"] = namedtuple("Row", names)
+    return row_type._make(row)
+
+
+_async_raw_cursors: WeakKeyDictionary[psycopg.AsyncConnection[Any], psycopg.AsyncRawCursor[Any]] = (
+    WeakKeyDictionary()
+)  # as _raw_cursors: a cursor's adapters, looked up once per connection
+
+
 def _row_type(connection: Connection, statement: Statement, cursor: Any) -> type:
     dialect = connection.dialect.name
     row_type = statement.row_types.get(dialect)

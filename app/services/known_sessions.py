@@ -7,9 +7,10 @@ session before (its participant, its token's hash, its project's plan); the sess
 of answers, which moves, comes with the answer: the query's token carries the count when it
 was issued (``issuance.query_token``), whichever process issued it. For such a session the
 process decides the next question's :class:`~app.services.issuance.Ticket` from these and
-sends one statement, in autocommit (``round_trip_sql.answer_held``): it holds the session and
-its participant itself and does anything only if the session is still as remembered and
-counted. The next question is the open question it claims, or, when a repeat is
+sends one statement, in autocommit, on the event loop (``round_trip_sql.answer_held`` on a
+connection of ``app.db.loop_connections``: no thread hop, no SQLAlchemy). It holds the
+session and its participant itself and does anything only if the session is still as
+remembered and counted. The next question is the open question it claims, or, when a repeat is
 drawn, the repeat it picks (``round_trip_sql.ANSWER_HELD_REPEAT``): the same questions, shown
 in the same order, as the usual way issues (``tests/api/test_issue_with_answer.py``).
 Otherwise (a session seen first, a stale memory, a wrong token, the session's last answer,
@@ -23,8 +24,9 @@ commit per statement) before the reply; the query is claimed exactly once (its r
 question is never given twice to a participant (the answer's snapshot is taken before the
 participant is held, so the unique index on (participant, question, is_repeat) refuses what
 the snapshot could not see, and the round trip is run again the usual way). The quality
-review that every fifth answer runs is a transaction of its own after the answer's, written
-only if the participant's counters have not moved since (``quality.review_counts``).
+review that every fifth answer runs follows on the same connection, after the answer's
+commit: the flag decided from the counters the statement returned, written only if it
+changes and the participant's counters have not moved since (``quality.flag_change``).
 """
 
 from __future__ import annotations
@@ -33,16 +35,18 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+import psycopg
 from sqlalchemy import Engine
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.db.driver import run_async
+from app.db.loop_connections import loop_connections
 from app.db.models import Project, WorkSession, utcnow
 from app.schemas.plans import Plan
 from app.services import fill_ahead, issuance, round_trip_sql
 from app.services.comprf import stored_plan_has_comprf
 from app.services.issuance import lease_end, shown_order
-from app.services.quality import min_answer_ms, review_counts
+from app.services.quality import SET_AUTOMATIC_FLAG, flag_change, min_answer_ms
 from app.services.responses import QUALITY_REVIEW_EVERY, client_ms_valid
 from app.services.sessions import session_code_hash, token_hash
 
@@ -114,26 +118,28 @@ def remember(db: Session, work: WorkSession, project: Project) -> None:
 
 
 def _own_connections(db: Session) -> bool:
-    """Whether ``db`` is bound to a PostgreSQL engine, whose pool can lend a connection of its
-    own to the statement in autocommit (not to a connection inside a transaction, as tests
+    """Whether ``db`` is bound to a PostgreSQL engine, whose database the event loop's own
+    connections may reach in autocommit (not to a connection inside a transaction, as tests
     that roll back everything bind it)."""
     bind = db.get_bind()
     return isinstance(bind, Engine) and bind.dialect.name == "postgresql"
 
 
-def answer(
-    db: Session,
+async def answer(
+    engine: Engine,
     session_id: str,
     authorization: str | None,
     token: str,
     choice: int,
     client_ms: float | None,
 ) -> Answered | None:
-    """Record the answer and issue the next question in one statement, if the session is
-    known and as remembered; None if the round trip must run the usual way (see the
-    module). ``db``: the request's session, whose engine's pool lends the connection."""
+    """Record the answer and issue the next question in one statement, on the event loop, if
+    the session is known and as remembered; None if the round trip must run the usual way
+    (see the module). ``engine``: the database's, as the request's sessions are bound to."""
+    if engine.dialect.name != "postgresql":
+        return None
     known = _known.pop(session_id, None)
-    if known is None or not _own_connections(db):
+    if known is None:
         return None
     # The session's count when the query was issued, as its token says (whichever process
     # issued it), else as this process last saw it; the statement checks it.
@@ -169,30 +175,23 @@ def answer(
         "answered": before,
         "plan": known.plan_json,
     }
-    engine = db.get_bind()
-    assert isinstance(engine, Engine)
-    with engine.connect() as connection:
-        # Autocommit set on the driver's connection for this one statement, and back before
-        # the pool takes it again: SQLAlchemy's isolation_level option did the same with
-        # ~200 k instructions per round trip of its own bookkeeping (callgrind, a tenth of
-        # the round trip). Its transaction then has nothing to end: psycopg sends no
-        # ROLLBACK on an idle connection.
-        driver = connection.connection.driver_connection
-        driver.autocommit = True
-        try:
-            row = round_trip_sql.answer_held(connection, params)
-        except IntegrityError:  # a race: nothing was changed (see round_trip_sql._HELD)
-            return None
-        finally:
-            if not driver.closed:
-                driver.autocommit = False
-    if row is None:
+    try:
+        async with loop_connections(engine).connection() as connection:
+            row = await round_trip_sql.answer_held(connection, params)
+            if row is not None and row.session_answered % QUALITY_REVIEW_EVERY == 0:
+                # The quality review, after the answer's commit: written only if the
+                # participant's counters have not moved since.
+                change = flag_change(row, known.plan)  # type: ignore[arg-type]
+                if change is not None:
+                    await run_async(connection, SET_AUTOMATIC_FLAG, change)
+    except psycopg.IntegrityError:  # a race: nothing was changed (see round_trip_sql._HELD)
         return None
-    if row.session_answered % QUALITY_REVIEW_EVERY == 0:
-        review_counts(db, row, known.plan)  # type: ignore[arg-type]
-        db.commit()
-    if row.issued is None:
-        return None  # stored, but no question was open: the usual way fills the pool
+    except psycopg.OperationalError:  # the connection lost, say: the usual way tells
+        return None
+    if row is None or row.issued is None:
+        # Nothing changed, or the answer was stored but no question was open: the usual way
+        # takes it as sent again, fills the pool and issues the question.
+        return None
     _known[session_id] = replace(known, answered=row.session_answered)
     question_id, kind, o1, o2, o3 = row.open_question
     if ticket.repeat_draw is None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
-from sqlalchemy import Row, bindparam, case, func, select, update
+from sqlalchemy import Row, case, func, select
 from sqlalchemy.orm import Session
 
+from app.db.driver import Statement, run
 from app.db.models import Answer, Participant, Project
 from app.db.session import begin_write
 from app.errors import NotFound
@@ -131,18 +133,12 @@ def review_participant(db: Session, project: Project, participant_id: int, plan:
         participant.flag_reason = "; ".join(reasons)
 
 
-_participants = Participant.__table__
-_p = _participants.c
-_SET_AUTOMATIC_FLAG = (
-    update(_participants)
-    # Only if the counters it was decided from are still the participant's: a round trip
-    # that answered in autocommit (app.services.known_sessions) reviews after its commit.
-    .where(
-        _p.id == bindparam("participant"),
-        ~_p.flag_manual,
-        _p.n_answers == bindparam("counted"),
-    )
-    .values(flagged=bindparam("flagged"), flag_reason=bindparam("reason"))
+# Only if the counters it was decided from are still the participant's: a round trip that
+# answered in autocommit (app.services.known_sessions) reviews after its commit.
+SET_AUTOMATIC_FLAG = Statement(
+    """UPDATE participants SET flagged = CAST(:flagged AS BOOLEAN), flag_reason = :reason
+    WHERE id = CAST(:participant AS INTEGER) AND NOT flag_manual
+    AND n_answers = CAST(:counted AS INTEGER)"""
 )
 
 
@@ -175,24 +171,26 @@ def quality_of(counts: Row, platform: str = "", external_id: str = "") -> Partic
     )
 
 
-def review_counts(db: Session, counts: Row, plan: Plan) -> None:
-    """:func:`review_participant` from the counters the round trip returned (each the number of
-    the participant's answers that _figures counts, kept up in ``round_trip_sql``): one row
-    read, not every answer; written only when the flag changes."""
+def flag_change(counts: Row, plan: Plan) -> dict[str, Any] | None:
+    """:func:`review_participant` from the counters the round trip returned (each the number
+    of the participant's answers that _figures counts, kept up in ``round_trip_sql``): one
+    row read, not every answer. The parameters of :data:`SET_AUTOMATIC_FLAG` if the flag
+    changes, else None."""
     if counts.flag_manual:
-        return
+        return None
     reasons = failures(quality_of(counts), plan.quality)
     flagged, reason = bool(reasons), "; ".join(reasons)
-    if (flagged, reason) != (counts.flagged, counts.flag_reason):
-        db.execute(
-            _SET_AUTOMATIC_FLAG,
-            {
-                "participant": counts.id,
-                "flagged": flagged,
-                "reason": reason,
-                "counted": counts.n_answers,
-            },
-        )
+    if (flagged, reason) == (counts.flagged, counts.flag_reason):
+        return None
+    return {"participant": counts.id, "flagged": flagged, "reason": reason,
+            "counted": counts.n_answers}  # fmt: skip
+
+
+def review_counts(db: Session, counts: Row, plan: Plan) -> None:
+    """:func:`flag_change`, written in ``db``'s transaction."""
+    change = flag_change(counts, plan)
+    if change is not None:
+        run(db.connection(), SET_AUTOMATIC_FLAG, change)
 
 
 def set_flag(

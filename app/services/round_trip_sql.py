@@ -50,10 +50,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection
+import psycopg
 from sqlalchemy.orm import Session
 
-from app.db.driver import Statement, bind, first, rows, run, timestamp
+from app.db.driver import Statement, bind, first, first_async, rows, run, timestamp
 
 # -- the parts, written once -----------------------------------------------------------------
 
@@ -489,16 +489,19 @@ def answer(db: Session, params: dict[str, Any]) -> Answered | None:
     )
 
 
-def answer_held(connection: Connection, params: dict[str, Any]) -> Answered | None:
-    """:func:`answer` with ``issue``, on PostgreSQL, as one statement on ``connection`` in
-    autocommit that holds the session and its participant itself (``_HELD``): None, and
-    nothing changed, unless the session is as ``params`` remember it (token_hash, answered,
-    plan: the project's, as JSON) and the query was claimed. ``IntegrityError`` (nothing changed) if
-    another request stored the answer first or another session of the participant was
-    given the same question. With a ``draw`` (not None), the next question is a repeat
-    picked by it (as :func:`repeat`), its objects in ``q_o1``… in the order shown."""
+async def answer_held(
+    connection: psycopg.AsyncConnection[Any], params: dict[str, Any]
+) -> Answered | None:
+    """:func:`answer` with ``issue``, on PostgreSQL, as one statement on ``connection`` (of
+    psycopg's asyncio driver, in autocommit) that holds the session and its participant
+    itself (``_HELD``): None, and nothing changed, unless the session is as ``params``
+    remember it (token_hash, answered, plan: the project's, as JSON) and the query was
+    claimed. ``psycopg.IntegrityError`` (nothing changed) if another request stored the
+    answer first or another session of the participant was given the same question. With a
+    ``draw`` (not None), the next question is a repeat picked by it (as :func:`repeat`), its
+    objects in ``q_o1``… in the order shown."""
     statement = ANSWER_HELD if params.get("draw") is None else ANSWER_HELD_REPEAT
-    return _answered(first(connection, statement, params))
+    return _answered(await first_async(connection, statement, params))
 
 
 def _answered(row: Any) -> Answered | None:

@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, event, func, select, text
+from sqlalchemy import Engine, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.db.loop_connections import application_name
 from app.db.models import Answer, Project, Query, Question, WorkSession
 from app.services import fill_ahead, known_sessions
 from app.services.issuance import POOL_BATCH
@@ -30,6 +31,7 @@ from tests.factories import (
     next_query,
     open_session,
     set_plan,
+    statements_sent,
 )
 
 ONE_STATEMENT = "WITH held AS"  # round_trip_sql.ANSWER_HELD
@@ -48,14 +50,13 @@ def sent(postgres: Engine) -> Iterator[list[str]]:
     """The answer statements sent, by their first words."""
     texts: list[str] = []
 
-    def record(_conn, _cursor, statement, _parameters, _context, _many) -> None:  # type: ignore[no-untyped-def]
+    def record(statement: str) -> None:
         words = " ".join(statement.split()[:3])
         if words in (ONE_STATEMENT, USUAL_ANSWER):
             texts.append(words)
 
-    event.listen(postgres, "before_cursor_execute", record)
-    yield texts
-    event.remove(postgres, "before_cursor_execute", record)
+    with statements_sent(postgres, record):
+        yield texts
 
 
 @pytest.fixture
@@ -132,6 +133,36 @@ def test_the_count_of_answers_comes_from_the_token(project, postgres, sent) -> N
     assert sent == [ONE_STATEMENT, USUAL_ANSWER]  # tried, changed nothing; then the usual way
     assert response.json()["answered"] == 5  # the row's count (4) and this answer
     assert _answers_of(postgres, session_id) == 4
+
+
+def test_a_lost_connection_is_answered_the_usual_way(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
+    """The event loop's connections (app.db.loop_connections) lost, as when the database
+    restarts: the answer is taken the usual way, once, and the next in one statement again
+    on a new connection."""
+    client, headers, slug = project
+    _study(client, headers, slug)
+    session_id, session, body = _first_question(client, slug)
+    body = _answer_shown(client, session_id, session, body).json()["next"]
+    assert sent == [ONE_STATEMENT]
+    with postgres.begin() as connection:
+        ended = connection.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = :name"
+            ),
+            {"name": application_name()},
+        ).scalars()
+        assert True in list(ended)
+    sent.clear()
+    response = _answer_shown(client, session_id, session, body)
+    assert response.status_code == 201, response.text
+    assert sent == [ONE_STATEMENT, USUAL_ANSWER]  # failed on the lost connection
+    assert response.json()["answered"] == 2 and _answers_of(postgres, session_id) == 2
+    sent.clear()
+    response = _answer_shown(client, session_id, session, response.json()["next"])
+    assert response.status_code == 201, response.text
+    assert sent == [ONE_STATEMENT]
+    assert _answers_of(postgres, session_id) == 3
 
 
 def test_a_wrong_token_is_refused_and_changes_nothing(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]

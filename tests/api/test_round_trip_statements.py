@@ -20,6 +20,7 @@ from tests.factories import (
     next_query,
     open_session,
     set_plan,
+    statements_sent,
 )
 
 # Per answered question, the usual case (no repeat, no review), transaction control (BEGIN,
@@ -45,7 +46,7 @@ MOST = {"sqlite": 10, "postgresql": 1}
 def statements(engine: Engine) -> Iterator[list[str]]:
     sent: list[str] = []
 
-    def record(_conn, _cursor, statement, _parameters, _context, _many) -> None:  # type: ignore[no-untyped-def]
+    def record(statement: str) -> None:
         if threading.current_thread().name.startswith("fill-ahead"):
             return  # the pool filled ahead, off the round trip (app.services.fill_ahead)
         sent.append(" ".join(statement.split()))
@@ -58,11 +59,10 @@ def statements(engine: Engine) -> Iterator[list[str]]:
     def commit(_conn) -> None:  # type: ignore[no-untyped-def]
         sent.append("COMMIT")
 
-    event.listen(engine, "before_cursor_execute", record)
     event.listen(engine, "begin", begin)
     event.listen(engine, "commit", commit)
-    yield sent
-    event.remove(engine, "before_cursor_execute", record)
+    with statements_sent(engine, record):
+        yield sent
     event.remove(engine, "begin", begin)
     event.remove(engine, "commit", commit)
 
