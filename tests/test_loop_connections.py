@@ -78,15 +78,22 @@ def test_at_most_size_connections_the_rest_wait(engine: Engine) -> None:
     assert _gone(engine, set(pids))
 
 
-def test_autocommit(engine: Engine) -> None:
-    async def main() -> bool:
-        pool = _pool(engine, 1)
+def test_autocommit_generic_plans_and_named(engine: Engine) -> None:
+    async def main() -> tuple[bool, Any, Any]:
+        pool = loop_connections(engine)
         async with pool.connection() as connection:
             autocommit = connection.autocommit
-        pool.close()
-        return autocommit
+            cursor = await connection.execute(
+                "SELECT current_setting('plan_cache_mode'), current_setting('application_name')"
+            )
+            settings = await cursor.fetchone()
+        close_all()
+        return autocommit, *settings  # type: ignore[misc]
 
-    assert asyncio.run(main())
+    autocommit, plans, name = asyncio.run(main())
+    assert autocommit
+    assert plans == "force_generic_plan"
+    assert name == f"tripletlab-loop {os.getpid()}"
 
 
 def test_a_lost_connection_is_replaced(engine: Engine) -> None:

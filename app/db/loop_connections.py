@@ -25,6 +25,13 @@ from psycopg.pq import TransactionStatus
 from sqlalchemy import Engine
 
 SIZE = 4  # connections per event loop and database
+# The statements psycopg prepares run their generic plan, made once per connection (again
+# after an ANALYZE). Left to choose (plan_cache_mode=auto), PostgreSQL compared the generic
+# plan's estimate with its first custom plans' and, in some runs, planned the answer's
+# statement of ~20 steps anew on every run: PostgreSQL's CPU per round trip 1.2-1.5 ms
+# instead of 0.6-0.8 (perf: 25 % of its samples in the planner; bench/results/
+# postgres_generic_plans.txt).
+GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
 
 
 class LoopConnections:
@@ -122,6 +129,7 @@ def loop_connections(engine: Engine) -> LoopConnections:
     if pool is None:
         _args, kwargs = engine.dialect.create_connect_args(engine.url)
         kwargs.setdefault("application_name", application_name())
+        kwargs["options"] = f"{kwargs.get('options', '')} {GENERIC_PLANS}".strip()
         pool = pools[engine] = LoopConnections(kwargs)
     return pool
 
