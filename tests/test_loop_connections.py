@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -17,6 +18,8 @@ from sqlalchemy import Engine, text
 from app.db.loop_connections import LoopConnections, close_all, loop_connections
 from app.db.session import make_engine
 from tests.conftest import POSTGRES_URL
+
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +34,13 @@ def engine() -> Iterator[Engine]:
         pytest.skip(f"PostgreSQL at {POSTGRES_URL} is unreachable: {error}")
     yield engine
     engine.dispose()
+
+
+def _run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` in a thread of its own: the browser tests' Playwright keeps an event
+    loop running in the main thread for the whole session."""
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, coroutine).result()
 
 
 def _pool(engine: Engine, size: int) -> LoopConnections:
@@ -71,7 +81,7 @@ def test_at_most_size_connections_the_rest_wait(engine: Engine) -> None:
         pool.close()
         return pids, idle
 
-    pids, idle = asyncio.run(main())
+    pids, idle = _run(main())
     assert len(pids) == 6
     assert len(set(pids)) == 2, pids  # six statements on two connections, in turn
     assert idle == set(pids)  # both returned, idle, then closed
@@ -90,7 +100,7 @@ def test_autocommit_generic_plans_and_named(engine: Engine) -> None:
         close_all()
         return autocommit, *settings  # type: ignore[misc]
 
-    autocommit, plans, name = asyncio.run(main())
+    autocommit, plans, name = _run(main())
     assert autocommit
     assert plans == "force_generic_plan"
     assert name == f"tripletlab-loop {os.getpid()}"
@@ -109,7 +119,7 @@ def test_a_lost_connection_is_replaced(engine: Engine) -> None:
         pool.close()
         return first, second, opened
 
-    first, second, opened = asyncio.run(main())
+    first, second, opened = _run(main())
     assert second != first
     assert opened == 1
 
@@ -137,7 +147,7 @@ def test_a_cancelled_statement_is_cancelled_on_the_server(engine: Engine) -> Non
         pool.close()
         return seen, after, waited
 
-    seen, after, waited = asyncio.run(main())
+    seen, after, waited = _run(main())
     assert seen == {after}
     assert waited < 5  # not the statement's 30 s
 
@@ -153,7 +163,7 @@ def test_a_connection_left_in_a_transaction_is_closed(engine: Engine) -> None:
         pool.close()
         return first, opened, second
 
-    first, opened, second = asyncio.run(main())
+    first, opened, second = _run(main())
     assert opened == 0
     assert second != first
     assert _gone(engine, {first})
@@ -173,7 +183,7 @@ def test_a_waiter_cancelled_takes_no_connection(engine: Engine) -> None:
         pool.close()
         return opened
 
-    assert asyncio.run(main()) == 1
+    assert _run(main()) == 1
 
 
 def test_a_failed_connect_leaves_room(engine: Engine) -> None:
@@ -184,7 +194,7 @@ def test_a_failed_connect_leaves_room(engine: Engine) -> None:
         results.append(pool._opened)
         return results
 
-    *errors, opened = asyncio.run(main())
+    *errors, opened = _run(main())
     assert all(isinstance(e, psycopg.OperationalError) for e in errors), errors
     assert opened == 0
 
@@ -197,7 +207,7 @@ def test_close_all_closes_the_loops_connections(engine: Engine) -> None:
         close_all()
         return pid, loop_connections(engine) is pool
 
-    pid, same = asyncio.run(main())
+    pid, same = _run(main())
     assert not same
     assert _gone(engine, {pid})
 
@@ -209,7 +219,7 @@ def test_the_connections_of_a_stopped_loop_are_closed(engine: Engine) -> None:
     async def backend() -> int:
         return await _backend(loop_connections(engine))
 
-    stopped = asyncio.run(backend())
+    stopped = _run(backend())
     assert _alive(engine, {stopped})
 
     async def next_loop() -> int:
@@ -217,6 +227,6 @@ def test_the_connections_of_a_stopped_loop_are_closed(engine: Engine) -> None:
         close_all()
         return pid
 
-    other = asyncio.run(next_loop())
+    other = _run(next_loop())
     assert other != stopped
     assert _gone(engine, {stopped})
