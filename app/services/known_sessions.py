@@ -180,7 +180,9 @@ async def answer(
             row = await round_trip_sql.answer_held(connection, params)
             if row is not None and row.session_answered % QUALITY_REVIEW_EVERY == 0:
                 # The quality review, after the answer's commit: written only if the
-                # participant's counters have not moved since.
+                # participant's counters have not moved since. If this fails, the answer
+                # stays stored and the usual way takes it as sent again; the next review,
+                # five answers on, decides from the counters then.
                 change = flag_change(row, known.plan)  # type: ignore[arg-type]
                 if change is not None:
                     await run_async(connection, SET_AUTOMATIC_FLAG, change)
