@@ -220,11 +220,11 @@ async def create_answer(request: Request) -> Response:
     """
     session_id = request.path_params["session_id"]
     data = await answer_in(request)
-    answer = (session_id, authorized(request), data)
+    authorization = authorized(request)
     engine = request_engine(request)
     if engine is not None:
         quick = await known_sessions.answer(
-            engine, session_id, answer[1], data.token, data.choice, data.client_ms
+            engine, session_id, authorization, data.token, data.choice, data.client_ms
         )
         if quick is not None:
             shown = _question(quick.token, quick.kind, quick.objects, quick.answered, quick.total)
@@ -232,6 +232,7 @@ async def create_answer(request: Request) -> Response:
                 answered=quick.answered, total=quick.total, done=False, next=shown
             )
             return _json(recorded, status.HTTP_201_CREATED)
+    answer = (session_id, authorization, data)
     with request_session(request) as db:
         if not sqlite_database():
             # PostgreSQL runs round trips side by side and flushes the commits that wait

@@ -149,7 +149,8 @@ def first(connection: Connection, statement: Statement, params: dict[str, Any]) 
     """:func:`run`, and its first row as a named tuple (columns by name), or None."""
     cursor = _cursor(connection, statement, params)
     row = cursor.fetchone()
-    result = None if row is None else _row_type(connection, statement, cursor)._make(row)
+    dialect = connection.dialect.name
+    result = None if row is None else _row_type(dialect, statement, cursor)._make(row)
     _done(cursor)
     return result
 
@@ -158,7 +159,7 @@ def rows(connection: Connection, statement: Statement, params: dict[str, Any]) -
     """:func:`run`, and its rows as named tuples."""
     cursor = _cursor(connection, statement, params)
     fetched = cursor.fetchall()
-    row_type = _row_type(connection, statement, cursor)
+    row_type = _row_type(connection.dialect.name, statement, cursor)
     _done(cursor)
     return [row_type._make(row) for row in fetched]
 
@@ -187,13 +188,7 @@ async def first_async(
     """:func:`first` as :func:`run_async` runs a statement."""
     cursor = await _cursor_async(connection, statement, params)
     row = await cursor.fetchone()
-    if row is None:
-        return None
-    row_type = statement.row_types.get("postgresql")
-    if row_type is None:
-        names = [column[0] for column in cursor.description]
-        row_type = statement.row_types["postgresql"] = namedtuple("Row", names)
-    return row_type._make(row)
+    return None if row is None else _row_type("postgresql", statement, cursor)._make(row)
 
 
 _async_raw_cursors: WeakKeyDictionary[psycopg.AsyncConnection[Any], psycopg.AsyncRawCursor[Any]] = (
@@ -201,8 +196,7 @@ _async_raw_cursors: WeakKeyDictionary[psycopg.AsyncConnection[Any], psycopg.Asyn
 )  # as _raw_cursors: a cursor's adapters, looked up once per connection
 
 
-def _row_type(connection: Connection, statement: Statement, cursor: Any) -> type:
-    dialect = connection.dialect.name
+def _row_type(dialect: str, statement: Statement, cursor: Any) -> type:
     row_type = statement.row_types.get(dialect)
     if row_type is None:
         names = [column[0] for column in cursor.description]
