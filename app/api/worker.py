@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -222,17 +223,18 @@ async def create_answer(request: Request) -> Response:
     data = await answer_in(request)
     authorization = authorized(request)
     engine = request_engine(request)
+    known = None
     if engine is not None:
-        quick = await known_sessions.answer(
-            engine, session_id, authorization, data.token, data.choice, data.client_ms
+        known = known_sessions.prepare(
+            session_id, authorization, data.token, data.choice, data.client_ms
         )
+    if known is not None and engine.dialect.name != "sqlite":  # type: ignore[union-attr]
+        # PostgreSQL: one statement on the event loop's own connection.
+        quick = await known_sessions.answer(engine, known)  # type: ignore[arg-type]
         if quick is not None:
-            shown = _question(quick.token, quick.kind, quick.objects, quick.answered, quick.total)
-            recorded = AnswerRecorded(
-                answered=quick.answered, total=quick.total, done=False, next=shown
-            )
-            return _json(recorded, status.HTTP_201_CREATED)
-    answer = (session_id, authorization, data)
+            return _json(_quick_reply(quick), status.HTTP_201_CREATED)
+        known = None  # the usual way
+    answer = (session_id, authorization, data, known)
     with request_session(request) as db:
         if not sqlite_database():
             # PostgreSQL runs round trips side by side and flushes the commits that wait
@@ -246,6 +248,12 @@ async def create_answer(request: Request) -> Response:
     return _json(recorded, status.HTTP_201_CREATED)
 
 
+def _quick_reply(quick: known_sessions.Answered) -> AnswerRecorded:
+    """The reply to an answer taken the known way (``app.services.known_sessions``)."""
+    shown = _question(quick.token, quick.kind, quick.objects, quick.answered, quick.total)
+    return AnswerRecorded(answered=quick.answered, total=quick.total, done=False, next=shown)
+
+
 def _json(reply: BaseModel, status_code: int) -> Response:
     """``reply`` as JSON, serialised once by pydantic: a route that returns a ``Response``
     skips FastAPI's validation of what it returns against its ``response_model``, which a
@@ -255,7 +263,9 @@ def _json(reply: BaseModel, status_code: int) -> Response:
     return Response(reply.model_dump_json(), status_code, media_type="application/json")
 
 
-Answer = tuple[str, str | None, AnswerCreate]  # session id, authorization, the answer
+# Session id, authorization, the answer, and (SQLite) the answer ready to take the known way.
+Answer = tuple[str, str | None, AnswerCreate, known_sessions.Prepared | None]
+Served = tuple[WorkSession, Project] | None  # a session served the usual way: to remember
 MAX_GROUP = 64
 
 
@@ -268,52 +278,71 @@ class _Pending:
 
 class AnswerGroups:
     """Group commit on SQLite: the answers that arrive while a transaction waits for the
-    disk are recorded together in the next one, each in its own savepoint, and committed
-    once.
+    write lock or the disk are recorded together in the next one, each in its own
+    savepoint, and committed once.
 
     Every answer is committed, durably, before its reply (``synchronous=FULL``), but one
     wait for the disk serves the whole group: the wait, not the work, is what bounded
     answers per second (profiled: the commit was half of the serialised time of a round
     trip on SQLite, whose one writer at a time cannot overlap them). A group runs in one
     thread turn (see :func:`app.api.turns.in_turn`) with the session of its first request,
-    which awaits the group.
+    which awaits the group. Its answers are taken once the turn holds the write lock: with
+    two server processes a turn waited for the other's writer most of the time (profiled:
+    43 % of its thread's time), and the answers that arrived meanwhile had waited for a
+    turn of their own after it.
     """
 
     def __init__(self) -> None:
         self.pending: list[_Pending] = []
+        self.taking = threading.Lock()  # the turn's thread takes what the loop appends
         self.task: asyncio.Task[None] | None = None
 
     async def record(self, db: Session, answer: Answer) -> AnswerRecorded:
         future: asyncio.Future[AnswerRecorded] = asyncio.get_running_loop().create_future()
-        self.pending.append(_Pending(db, answer, future))
+        with self.taking:
+            self.pending.append(_Pending(db, answer, future))
         if self.task is None:
             self.task = asyncio.create_task(self._drain())
         return await future
 
+    def _take(self) -> list[_Pending]:
+        with self.taking:
+            group, self.pending = self.pending[:MAX_GROUP], self.pending[MAX_GROUP:]
+        return group
+
+    def _record_taken(self, db: Session) -> list[tuple[_Pending, Result]]:
+        """In the turn's thread: hold the write lock, then record the answers waiting."""
+        try:
+            ensure_write(db, durable=True)
+        except Exception as error:  # e.g. the database is unreachable: all learn it
+            return [(pending, error) for pending in self._take()]
+        group = self._take()
+        if not group:  # taken by a drain cancelled meanwhile
+            db.rollback()
+            return []
+        try:
+            results = _record_group(db, [pending.answer for pending in group])
+        except Exception as error:
+            results = [error] * len(group)
+        return list(zip(group, results, strict=True))
+
     async def _drain(self) -> None:
-        group: list[_Pending] = []
         try:
             while self.pending:
-                group, self.pending = self.pending[:MAX_GROUP], self.pending[MAX_GROUP:]
-                answers = [p.answer for p in group]
-                try:
-                    results = await in_turn(_record_group, group[0].db, answers)
-                except Exception as error:  # e.g. the database is unreachable: all learn it
-                    results = [error] * len(group)
-                for pending, result in zip(group, results, strict=True):
+                recorded = await in_turn(self._record_taken, self.pending[0].db)
+                for pending, result in recorded:
                     if pending.future.done():
                         continue
                     if isinstance(result, BaseException):
                         pending.future.set_exception(result)
                     else:
                         pending.future.set_result(result)
-                group = []
         finally:
             self.task = None
-            for pending in [*group, *self.pending]:  # left only if this task was cancelled
-                if not pending.future.done():
-                    pending.future.set_exception(RuntimeError("the server is shutting down"))
-            self.pending = []
+            while self.pending:  # left only if this task was cancelled
+                for pending in self._take():
+                    if not pending.future.done():
+                        pending.future.set_exception(RuntimeError("the server is shutting down"))
 
 
 _groups: WeakKeyDictionary[asyncio.AbstractEventLoop, AnswerGroups] = WeakKeyDictionary()
@@ -329,14 +358,13 @@ def _record_group(db: Session, answers: list[Answer]) -> list[Result]:
     transaction = db.get_transaction()
     assert transaction is not None
     results: list[Result] = []
-    for session_id, authorization, data in answers:
+    served: list[Served] = []
+    for answer in answers:
         _savepoint(db, "SAVEPOINT")
         try:
-            work, project, issued = responses.answer_and_next(
-                db, session_id, authorization, data.token, data.choice, data.client_ms,
-                commit=False,
-            )  # fmt: skip
-            result: Result = _recorded(db, work, project, issued)
+            result: Result
+            result, session_served = _record(db, answer, commit=False)
+            served.append(session_served)
             db.flush()  # what the answer changed in its objects, inside its savepoint
             _savepoint(db, "RELEASE")
         except Exception as error:
@@ -351,6 +379,9 @@ def _record_group(db: Session, answers: list[Answer]) -> list[Result]:
         results.append(result)
     else:
         db.commit()
+        for session_served in served:
+            if session_served is not None:
+                known_sessions.remember(db, *session_served)
         return results
     db.rollback()
     return [_record_or_error(db, answer) for answer in answers]
@@ -373,16 +404,32 @@ def _record_or_error(db: Session, answer: Answer) -> Result:
 
 
 def _record_alone(db: Session, answer: Answer) -> AnswerRecorded:
-    session_id, authorization, data = answer
     try:
-        work, project, issued = responses.answer_and_next(
-            db, session_id, authorization, data.token, data.choice, data.client_ms
-        )
+        recorded, served = _record(db, answer, commit=True)
     except Exception:
         db.rollback()
         raise
-    known_sessions.remember(db, work, project)
-    return _recorded(db, work, project, issued)
+    if served is not None:
+        known_sessions.remember(db, *served)
+    return recorded
+
+
+def _record(db: Session, answer: Answer, *, commit: bool) -> tuple[AnswerRecorded, Served]:
+    """Record ``answer`` and issue the session's next question: the known way if it can
+    (SQLite, ``known_sessions.answer_in``), else the usual way, in the same transaction.
+    ``commit``: commit it here (else the group does)."""
+    session_id, authorization, data, known = answer
+    if known is not None:
+        ensure_write(db, durable=True)
+        quick = known_sessions.answer_in(db, known)
+        if quick is not None:
+            if commit:
+                db.commit()
+            return _quick_reply(quick), None
+    work, project, issued = responses.answer_and_next(
+        db, session_id, authorization, data.token, data.choice, data.client_ms, commit=commit
+    )
+    return _recorded(db, work, project, issued), (work, project)
 
 
 def _recorded(

@@ -45,8 +45,8 @@ from app.db.models import Project, WorkSession, utcnow
 from app.schemas.plans import Plan
 from app.services import fill_ahead, issuance, round_trip_sql
 from app.services.comprf import stored_plan_has_comprf
-from app.services.issuance import lease_end, shown_order
-from app.services.quality import SET_AUTOMATIC_FLAG, flag_change, min_answer_ms
+from app.services.issuance import lease_end
+from app.services.quality import SET_AUTOMATIC_FLAG, flag_change, min_answer_ms, review_counts
 from app.services.responses import QUALITY_REVIEW_EVERY, client_ms_valid
 from app.services.sessions import session_code_hash, token_hash
 
@@ -86,8 +86,8 @@ _plans: dict[int, tuple[str, Plan]] = {}  # by project id: its plan, as JSON and
 
 
 def remember(db: Session, work: WorkSession, project: Project) -> None:
-    """Remember ``work`` as the transaction just committed left it (PostgreSQL), if its next
-    answer could be taken in one statement."""
+    """Remember ``work`` as the transaction just committed left it, if its next answer could
+    be taken the known way."""
     if not _own_connections(db):
         return
     _known.pop(work.id, None)
@@ -118,26 +118,33 @@ def remember(db: Session, work: WorkSession, project: Project) -> None:
 
 
 def _own_connections(db: Session) -> bool:
-    """Whether ``db`` is bound to a PostgreSQL engine, whose database the event loop's own
-    connections may reach in autocommit (not to a connection inside a transaction, as tests
-    that roll back everything bind it)."""
-    bind = db.get_bind()
-    return isinstance(bind, Engine) and bind.dialect.name == "postgresql"
+    """Whether ``db`` is bound to an engine (not to a connection inside a transaction, as
+    tests that roll back everything bind it): on PostgreSQL the event loop's own connections
+    then reach its database in autocommit."""
+    return isinstance(db.get_bind(), Engine)
 
 
-async def answer(
-    engine: Engine,
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A known session's answer, ready to send: what the process remembers of the session,
+    the next question's ticket and the statement's parameters."""
+
+    session_id: str
+    known: Known
+    ticket: issuance.Ticket
+    params: dict[str, Any]
+
+
+def prepare(
     session_id: str,
     authorization: str | None,
     token: str,
     choice: int,
     client_ms: float | None,
-) -> Answered | None:
-    """Record the answer and issue the next question in one statement, on the event loop, if
-    the session is known and as remembered; None if the round trip must run the usual way
-    (see the module). ``engine``: the database's, as the request's sessions are bound to."""
-    if engine.dialect.name != "postgresql":
-        return None
+) -> Prepared | None:
+    """The answer to send the known way, if the session is known and the answer is not its
+    last; None if the round trip must run the usual way (see the module). The memory of the
+    session is taken: the answer puts it back, updated."""
     known = _known.pop(session_id, None)
     if known is None:
         return None
@@ -175,36 +182,59 @@ async def answer(
         "answered": before,
         "plan": known.plan_json,
     }
+    return Prepared(session_id, known, ticket, params)
+
+
+async def answer(engine: Engine, prepared: Prepared) -> Answered | None:
+    """Record the answer and issue the next question in one statement, on the event loop
+    (PostgreSQL; ``engine``: the database's, as the request's sessions are bound to); None
+    if the round trip must run the usual way (see the module)."""
     try:
         async with loop_connections(engine).connection() as connection:
-            row = await round_trip_sql.answer_held(connection, params)
+            row = await round_trip_sql.answer_held(connection, prepared.params)
             if row is not None and row.session_answered % QUALITY_REVIEW_EVERY == 0:
                 # The quality review, after the answer's commit: written only if the
                 # participant's counters have not moved since. If this fails, the answer
                 # stays stored and the usual way takes it as sent again; the next review,
                 # five answers on, decides from the counters then.
-                change = flag_change(row, known.plan)  # type: ignore[arg-type]
+                change = flag_change(row, prepared.known.plan)  # type: ignore[arg-type]
                 if change is not None:
                     await run_async(connection, SET_AUTOMATIC_FLAG, change)
     except psycopg.IntegrityError:  # a race: nothing was changed (see round_trip_sql._HELD)
         return None
     except psycopg.OperationalError:  # the connection lost, say: the usual way tells
         return None
+    answered = _answered(prepared, row)
+    if answered is not None and prepared.ticket.repeat_draw is None:
+        fill_ahead.filler(engine).claimed(prepared.known.project_id, row.open_question[0])  # type: ignore[union-attr]
+    return answered
+
+
+def answer_in(db: Session, prepared: Prepared) -> Answered | None:
+    """:func:`answer` on SQLite, in ``db``'s writing transaction (a group's, see
+    ``app.api.worker.AnswerGroups``), the review in it too; None if the round trip must run
+    the usual way, in the same transaction: the answer may be stored already (no question
+    was open), which the usual way takes as sent again."""
+    row = round_trip_sql.answer_held_in(db, prepared.params)
+    if row is not None and row.session_answered % QUALITY_REVIEW_EVERY == 0:
+        review_counts(db, row, prepared.known.plan)  # type: ignore[arg-type]
+    return _answered(prepared, row)
+
+
+def _answered(prepared: Prepared, row: round_trip_sql.Answered | None) -> Answered | None:
+    """The round trip done, as the statements returned it, and the session remembered as
+    it left it; None if they changed nothing or issued no question."""
     if row is None or row.issued is None:
         # Nothing changed, or the answer was stored but no question was open: the usual way
         # takes it as sent again, fills the pool and issues the question.
         return None
-    _known[session_id] = replace(known, answered=row.session_answered)
-    question_id, kind, o1, o2, o3 = row.open_question
-    if ticket.repeat_draw is None:
-        fill_ahead.filler(engine).claimed(known.project_id, question_id)
-        shown = shown_order(kind, o1, o2, o3, ticket.swap)
-    else:  # a repeat: its objects come in the order shown
-        shown = (o1, o2, o3)
+    known = prepared.known
+    _known[prepared.session_id] = replace(known, answered=row.session_answered)
+    _, kind, *_ = row.open_question  # type: ignore[misc]
     return Answered(
         answered=row.session_answered,
         total=known.total,
-        token=ticket.token,
+        token=prepared.ticket.token,
         kind=kind,
-        objects=[row.issued.objects[index] for index in shown if index is not None],
+        objects=[row.issued.objects[index] for index in row.issued.shown],
     )

@@ -51,6 +51,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from app.db.driver import Statement, bind, first, first_async, rows, run, timestamp
@@ -362,7 +363,7 @@ counts AS ({_COUNTS} FROM answer, stored WHERE participants.id = CAST(:participa
 {next_steps}
 SELECT session.answered AS session_answered, session.finished_at AS session_finished_at,
     session.completion_code_hash AS session_code_hash, counts.*, {next_columns},
-    query.id AS query_id,
+    query.id AS query_id, query.o1 AS s1, query.o2 AS s2, query.o3 AS s3,
     (SELECT json_agg(json_build_array({_OBJECT_COLUMNS})) FROM objects
      WHERE objects.project_id = CAST(:project AS INTEGER)
        AND objects."index" IN (query.o1, query.o2, query.o3)) AS shown_objects
@@ -406,6 +407,13 @@ WHERE participants.id = :participant
 {_COUNTS_RETURNING},
     ({_OPEN.format(columns=f"json_array({_OPEN_COLUMNS})", lock="", stored="")}) AS open_question
 """
+# The query inserted, with its objects (as JSON) and the order shown.
+_SQLITE_ISSUED = f"""
+RETURNING id AS query_id, question_id, kind, o1, o2, o3,
+    (SELECT json_group_array(json_array({_OBJECT_COLUMNS})) FROM objects
+     WHERE objects.project_id = :project
+       AND objects."index" IN (queries.o1, queries.o2, queries.o3)) AS objects
+"""
 _SQLITE_QUERY = f"""
 {
     _QUERY.format(
@@ -413,9 +421,35 @@ _SQLITE_QUERY = f"""
         is_repeat="false",
     )
 }
-RETURNING id AS query_id, question_id,
-    (SELECT json_group_array(json_array({_OBJECT_COLUMNS})) FROM objects
-     WHERE objects.project_id = :project AND objects."index" IN (:s1, :s2, :s3)) AS objects
+{_SQLITE_ISSUED}
+"""
+# A known session's round trip (app.services.known_sessions) on SQLite: its answer claimed
+# only if the session is as the process remembers it (as ``_HELD``; SQLite's write lock,
+# held since the transaction began, serialises the rest), then its next question: a repeat
+# picked by ``:draw`` (if drawn and there is one to pick), else the open question the
+# answer's steps read, its order shown from ``:swap`` in SQL as on PostgreSQL.
+_SQLITE_HELD = """
+    SELECT 1 FROM sessions JOIN projects ON projects.id = sessions.project_id
+    WHERE sessions.id = :session AND sessions.token_hash = :token_hash
+      AND sessions.answered = :answered AND sessions.finished_at IS NULL
+      AND json(projects.plan) = json(:plan)
+"""
+_SQLITE_OPEN_GIVEN = """(SELECT CAST(:question AS INTEGER) AS id, CAST(:kind AS VARCHAR) AS kind,
+    CAST(:o1 AS INTEGER) AS o1, CAST(:o2 AS INTEGER) AS o2, CAST(:o3 AS INTEGER) AS o3) AS open"""
+_SQLITE_QUERY_OPEN = f"""
+{
+    _QUERY.format(
+        question=f"(SELECT open.id, {_SHOWN_OPEN} FROM {_SQLITE_OPEN_GIVEN}) AS question",
+        is_repeat="false",
+    )
+}
+{_SQLITE_ISSUED}
+"""
+_SQLITE_PICKED = f"(SELECT pick.id, {_SHOWN_REPEAT} FROM pick) AS question"
+_SQLITE_QUERY_REPEAT = f"""
+WITH recent AS ({_RECENT}), candidates AS ({_CANDIDATES}), pick AS ({_PICK})
+{_QUERY.format(question=_SQLITE_PICKED, is_repeat="true")}
+{_SQLITE_ISSUED}
 """
 
 ANSWER = Statement(_PG_ANSWER, "")
@@ -437,6 +471,9 @@ NEW_QUESTIONS = Statement(_PG_NEW_QUESTIONS, _SQLITE_NEW_QUESTIONS)
 LEASE = Statement(_LEASE_ONE)
 QUERY = Statement(None, _SQLITE_QUERY)
 REPEAT = Statement(_REPEAT)
+CLAIM_HELD = Statement(None, f"{_CLAIM_UPDATE} AND EXISTS ({_SQLITE_HELD}) {_CLAIM_RETURNING}")
+QUERY_OPEN = Statement(None, _SQLITE_QUERY_OPEN)
+QUERY_REPEAT = Statement(None, _SQLITE_QUERY_REPEAT)
 
 # -- the steps -------------------------------------------------------------------------------
 
@@ -452,8 +489,9 @@ the open question (id, kind, o1, o2, o3), or None; and, if it issued that questi
 too (PostgreSQL, ``issue``), the query's id and the objects shown, else None."""
 
 ShownObject = namedtuple("ShownObject", "index name text image_url")
-IssuedWith = namedtuple("IssuedWith", "query_id objects")
-"""The query :func:`answer` issued with the answer: its id, the objects shown by index."""
+IssuedWith = namedtuple("IssuedWith", "query_id objects shown")
+"""The query :func:`answer` issued with the answer: its id, the objects shown by index, and
+their indices in the order shown."""
 Repeatable = namedtuple("Repeatable", "id kind o1 o2 o3 shown_o2 shown_o3")
 """A question the session could be asked again, and its candidates as they were shown."""
 
@@ -470,7 +508,12 @@ def answer(db: Session, params: dict[str, Any]) -> Answered | None:
     params = bind(conn, params)
     if conn.dialect.name == "postgresql":
         return _answered(first(conn, ANSWER, params))
-    claimed = first(conn, CLAIM, params)
+    return _sqlite_answer(conn, params, CLAIM)
+
+
+def _sqlite_answer(conn: Connection, params: dict[str, Any], claim: Statement) -> Answered | None:
+    """:func:`answer`'s steps on SQLite, the query claimed by ``claim``."""
+    claimed = first(conn, claim, params)
     if claimed is None:
         return None
     if not claimed.is_repeat:
@@ -504,6 +547,39 @@ async def answer_held(
     return _answered(await first_async(connection, statement, params))
 
 
+def answer_held_in(db: Session, params: dict[str, Any]) -> Answered | None:
+    """:func:`answer_held` on SQLite, in ``db``'s writing transaction (a group's, see
+    ``app.api.worker.AnswerGroups``): None, and nothing changed, unless the session is as
+    ``params`` remember it and the query was claimed. The next question is issued unless
+    none is open for the participant (``issued`` None: the caller issues it); with a
+    ``draw``, a repeat if one qualifies (as :func:`repeat`), else the open question."""
+    conn = db.connection()
+    params = bind(conn, params)
+    answered = _sqlite_answer(conn, params, CLAIM_HELD)
+    if answered is None:
+        return None
+    if params["draw"] is not None:
+        issued = first(conn, QUERY_REPEAT, params)
+        if issued is not None:
+            return _issued_in(answered, issued)
+    if answered.open_question is None:
+        return answered
+    question, kind, o1, o2, o3 = answered.open_question
+    run(conn, LEASE, {"question": question})
+    open_question = {"question": question, "kind": kind, "o1": o1, "o2": o2, "o3": o3}
+    return _issued_in(answered, first(conn, QUERY_OPEN, {**params, **open_question}))
+
+
+def _issued_in(answered: Answered, issued: Any) -> Answered:
+    """``answered`` with the query SQLite issued after it (a row of ``_SQLITE_ISSUED``)."""
+    by_index = {shown[0]: ShownObject(*shown) for shown in json.loads(issued.objects)}
+    shown = tuple(i for i in (issued.o1, issued.o2, issued.o3) if i is not None)
+    open_question = (issued.question_id, issued.kind, issued.o1, issued.o2, issued.o3)
+    return answered._replace(
+        open_question=open_question, issued=IssuedWith(issued.query_id, by_index, shown)
+    )
+
+
 def _answered(row: Any) -> Answered | None:
     """What PostgreSQL's answer statement returned, as :class:`Answered`."""
     if row is None:
@@ -514,7 +590,8 @@ def _answered(row: Any) -> Answered | None:
     issued = None
     if row.query_id is not None:
         by_index = {shown[0]: ShownObject(*shown) for shown in row.shown_objects}
-        issued = IssuedWith(row.query_id, by_index)
+        shown = tuple(i for i in (row.s1, row.s2, row.s3) if i is not None)
+        issued = IssuedWith(row.query_id, by_index, shown)
     return Answered(*row[:15], open_question, issued)
 
 

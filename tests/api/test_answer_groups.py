@@ -140,7 +140,7 @@ def test_an_answer_that_fails_after_writing_is_undone_alone_in_its_group(
 
         monkeypatch.setattr(responses, "answer_and_next", late_failure)
         answers = [
-            (s, h["Authorization"], AnswerCreate(token=q["token"], choice=first_choice(q)))
+            (s, h["Authorization"], AnswerCreate(token=q["token"], choice=first_choice(q)), None)
             for (s, h), q in zip(sessions, shown, strict=True)
         ]
         with Session(engine, expire_on_commit=False) as db:

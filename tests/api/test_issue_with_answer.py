@@ -1,9 +1,9 @@
-"""On PostgreSQL the answer's statement also issues the next question, as drawn before it
-(issuance.Ticket): it must issue exactly what the separate steps issue (next_query), the
-same questions in the same order, each shown in the same order, with repeats between them
-(a repeat is issued by the answer's statement of a session the server process knows,
-app.services.known_sessions, and otherwise left to the separate steps). SQLite never
-issues with the answer."""
+"""The answer's round trip may issue the next question as drawn before it (issuance.Ticket):
+on PostgreSQL in the answer's statement, and for a session the server process knows
+(app.services.known_sessions) on either database. It must issue exactly what the separate
+steps issue (next_query), the same questions in the same order, each shown in the same
+order, with repeats between them (issued the known way, and otherwise left to the separate
+steps)."""
 
 from __future__ import annotations
 
@@ -126,15 +126,11 @@ def test_answer_issues_what_next_query_issues(
     # the usual way took the same answer again.
     used = [ticket for ticket in tickets if ticket is not None and ticket.token in shown_tokens]
     issued_with = len(used)
-    if engine.dialect.name == "sqlite":
-        # SQLite has no data-modifying CTEs: it always issues in a step of its own.
-        assert tickets == []
-    else:
-        # Most answers issued with a ticket (the session's last without), some of them
-        # repeats (in one statement, app.services.known_sessions).
-        repeats = sum(ticket.repeat_draw is not None for ticket in used)
-        assert ANSWERS // 2 < issued_with < ANSWERS, issued_with
-        assert 0 < repeats < issued_with // 2, repeats
+    # Most answers issued with a ticket (the session's last without), some of them repeats
+    # (the known way, app.services.known_sessions).
+    repeats = sum(ticket.repeat_draw is not None for ticket in used)
+    assert ANSWERS // 2 < issued_with < ANSWERS, issued_with
+    assert 0 < repeats < issued_with // 2, repeats
     assert {kind for kind, _ in together} == {"triplet", "pair"}
     # Repeats were asked (a question shown twice): both ways of issuing them ran.
     assert len({frozenset(names) for _, names in together}) < ANSWERS
