@@ -248,6 +248,12 @@ async def create_answer(request: Request) -> Response:
     return _json(recorded, status.HTTP_201_CREATED)
 
 
+def _reply(result: Any) -> Any:
+    """``result`` (of :func:`_record`, or an error), with an answer taken the known way as
+    its reply."""
+    return _quick_reply(result) if isinstance(result, known_sessions.Answered) else result
+
+
 def _quick_reply(quick: known_sessions.Answered) -> AnswerRecorded:
     """The reply to an answer taken the known way (``app.services.known_sessions``)."""
     shown = _question(quick.token, quick.kind, quick.objects, quick.answered, quick.total)
@@ -357,15 +363,16 @@ def _record_group(db: Session, answers: list[Answer]) -> list[Result]:
     ensure_write(db, durable=True)
     transaction = db.get_transaction()
     assert transaction is not None
-    results: list[Result] = []
+    results: list[Result | known_sessions.Answered] = []
     served: list[Served] = []
     for answer in answers:
         _savepoint(db, "SAVEPOINT")
         try:
-            result: Result
+            result: Result | known_sessions.Answered
             result, session_served = _record(db, answer, commit=False)
             served.append(session_served)
-            db.flush()  # what the answer changed in its objects, inside its savepoint
+            if session_served is not None:
+                db.flush()  # what the answer changed in its objects, inside its savepoint
             _savepoint(db, "RELEASE")
         except Exception as error:
             if db.get_transaction() is not transaction or not transaction.is_active:
@@ -378,11 +385,11 @@ def _record_group(db: Session, answers: list[Answer]) -> list[Result]:
             result = error
         results.append(result)
     else:
-        db.commit()
+        db.commit()  # the write lock released: what follows does not hold the other writers
         for session_served in served:
             if session_served is not None:
                 known_sessions.remember(db, *session_served)
-        return results
+        return [_reply(result) for result in results]
     db.rollback()
     return [_record_or_error(db, answer) for answer in answers]
 
@@ -411,13 +418,16 @@ def _record_alone(db: Session, answer: Answer) -> AnswerRecorded:
         raise
     if served is not None:
         known_sessions.remember(db, *served)
-    return recorded
+    return _reply(recorded)
 
 
-def _record(db: Session, answer: Answer, *, commit: bool) -> tuple[AnswerRecorded, Served]:
+def _record(
+    db: Session, answer: Answer, *, commit: bool
+) -> tuple[AnswerRecorded | known_sessions.Answered, Served]:
     """Record ``answer`` and issue the session's next question: the known way if it can
-    (SQLite, ``known_sessions.answer_in``), else the usual way, in the same transaction.
-    ``commit``: commit it here (else the group does)."""
+    (SQLite, ``known_sessions.answer_in``: its reply is made by :func:`_reply` once the
+    transaction has committed), else the usual way, in the same transaction. ``commit``:
+    commit it here (else the group does)."""
     session_id, authorization, data, known = answer
     if known is not None:
         ensure_write(db, durable=True)
@@ -425,7 +435,7 @@ def _record(db: Session, answer: Answer, *, commit: bool) -> tuple[AnswerRecorde
         if quick is not None:
             if commit:
                 db.commit()
-            return _quick_reply(quick), None
+            return quick, None
     work, project, issued = responses.answer_and_next(
         db, session_id, authorization, data.token, data.choice, data.client_ms, commit=commit
     )

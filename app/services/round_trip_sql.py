@@ -516,11 +516,13 @@ def _sqlite_answer(conn: Connection, params: dict[str, Any], claim: Statement) -
     claimed = first(conn, claim, params)
     if claimed is None:
         return None
+    params["question"], params["query"] = claimed.question_id, claimed.id
     if not claimed.is_repeat:
-        run(conn, PLACE, {"question": claimed.question_id})
-    stored = first(conn, STORE, {**params, "query": claimed.id})
+        run(conn, PLACE, params)
+    stored = first(conn, STORE, params)
     session = first(conn, SESSION, params)
-    counts = first(conn, COUNTS, {**params, "answer": stored.id})
+    params["answer"] = stored.id
+    counts = first(conn, COUNTS, params)
     open_question = None if counts.open_question is None else json.loads(counts.open_question)
     return Answered(
         session.answered,
@@ -565,9 +567,9 @@ def answer_held_in(db: Session, params: dict[str, Any]) -> Answered | None:
     if answered.open_question is None:
         return answered
     question, kind, o1, o2, o3 = answered.open_question
-    run(conn, LEASE, {"question": question})
-    open_question = {"question": question, "kind": kind, "o1": o1, "o2": o2, "o3": o3}
-    return _issued_in(answered, first(conn, QUERY_OPEN, {**params, **open_question}))
+    params.update(question=question, kind=kind, o1=o1, o2=o2, o3=o3)
+    run(conn, LEASE, params)
+    return _issued_in(answered, first(conn, QUERY_OPEN, params))
 
 
 def _issued_in(answered: Answered, issued: Any) -> Answered:
