@@ -1,4 +1,5 @@
-"""A round trip in one statement on PostgreSQL, for a session this server process knows.
+"""A round trip taken the known way, for a session this server process knows: on PostgreSQL
+in one statement, on SQLite without reading the session first.
 
 A round trip (``responses.answer_and_next``) sends the database four messages: ``BEGIN``,
 the statement that authenticates the session and holds it and its participant, the answer's
@@ -6,27 +7,38 @@ statement, ``COMMIT``. What the first statement reads, the process learnt when i
 session before (its participant, its token's hash, its project's plan); the session's count
 of answers, which moves, comes with the answer: the query's token carries the count when it
 was issued (``issuance.query_token``), whichever process issued it. For such a session the
-process decides the next question's :class:`~app.services.issuance.Ticket` from these and
-sends one statement, in autocommit, on the event loop (``round_trip_sql.answer_held`` on a
-connection of ``app.db.loop_connections``: no thread hop, no SQLAlchemy). It holds the
-session and its participant itself and does anything only if the session is still as
-remembered and counted. The next question is the open question it claims, or, when a repeat is
-drawn, the repeat it picks (``round_trip_sql.ANSWER_HELD_REPEAT``): the same questions, shown
-in the same order, as the usual way issues (``tests/api/test_issue_with_answer.py``).
-Otherwise (a session seen first, a stale memory, a wrong token, the session's last answer,
-a comprf plan, no question open or none to repeat, an error) nothing was changed, or the
-answer was stored and the question alone is missing, and the round trip is run the usual
-way, which learns the session anew: an answer sent again is recognised there as the same
-answer (``responses._not_claimed``) and the next question issued.
+process decides the next question's :class:`~app.services.issuance.Ticket` from these, on
+the event loop (:func:`prepare`), and then:
+
+* on PostgreSQL (:func:`answer`) sends one statement, in autocommit, on the event loop
+  (``round_trip_sql.answer_held`` on a connection of ``app.db.loop_connections``: no thread
+  hop, no SQLAlchemy). It holds the session and its participant itself and does anything
+  only if the session is still as remembered and counted. The next question is the open
+  question it claims, or, when a repeat is drawn, the repeat it picks
+  (``round_trip_sql.ANSWER_HELD_REPEAT``);
+* on SQLite (:func:`answer_in`) runs the answer's steps in its group's transaction, under
+  the write lock (``app.api.worker.AnswerGroups``), its claim only if the session is as
+  remembered and counted (``round_trip_sql.answer_held_in``): the session is not read and
+  loaded first, and the ticket was drawn before the lock was taken. The next question is
+  the repeat it picks, if one is drawn and qualifies, else the open question.
+
+Either way these are the same questions, shown in the same order, as the usual way issues
+(``tests/api/test_issue_with_answer.py``). Otherwise (a session seen first, a stale memory,
+a wrong token, the session's last answer, a comprf plan, no question open or, on PostgreSQL,
+none to repeat, an error) nothing was changed, or the answer was stored and the question
+alone is missing, and the round trip is run the usual way (on SQLite in the same
+transaction), which learns the session anew: an answer sent again is recognised there as the
+same answer (``responses._not_claimed``) and the next question issued.
 
 Every guarantee holds as in the usual round trip: the answer is committed (autocommit is a
-commit per statement) before the reply; the query is claimed exactly once (its row); a
-question is never given twice to a participant (the answer's snapshot is taken before the
-participant is held, so the unique index on (participant, question, is_repeat) refuses what
-the snapshot could not see, and the round trip is run again the usual way). The quality
-review that every fifth answer runs follows on the same connection, after the answer's
-commit: the flag decided from the counters the statement returned, written only if it
-changes and the participant's counters have not moved since (``quality.flag_change``).
+commit per statement; on SQLite the group's durable commit) before the reply; the query is
+claimed exactly once (its row); a question is never given twice to a participant (on
+PostgreSQL the answer's snapshot is taken before the participant is held, so the unique
+index on (participant, question, is_repeat) refuses what the snapshot could not see, and the
+round trip is run again the usual way; SQLite's write lock serialises every writer). The
+quality review that every fifth answer runs follows: on PostgreSQL on the same connection,
+after the answer's commit, written only if the flag changes and the participant's counters
+have not moved since (``quality.flag_change``); on SQLite in the same transaction.
 """
 
 from __future__ import annotations
