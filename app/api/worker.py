@@ -328,7 +328,8 @@ class AnswerGroups:
             return []
         try:
             results = _record_group(db, [pending.answer for pending in group])
-        except Exception as error:
+        except Exception as error:  # its commit failed, say: none of them is stored
+            db.rollback()  # the write lock released now, not when the session closes
             results = [error] * len(group)
         return list(zip(group, results, strict=True))
 

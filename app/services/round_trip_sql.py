@@ -23,7 +23,10 @@ On PostgreSQL the usual case is two statements between ``BEGIN`` and ``COMMIT``:
 runs within step 2's statement when what it needs was decided before it
 (``issuance.Ticket``: not a repeat, not the session's last answer, no comprf strategy),
 the order shown drawn ahead and applied in SQL (``_SHOWN_OPEN``). Otherwise, and on SQLite,
-step 3 is run by ``issuance.next_query`` after step 2.
+step 3 is run by ``issuance.next_query`` after step 2. For a session the server process knows
+(``app.services.known_sessions``) the first step is left out: on PostgreSQL the answer's
+statement holds the session itself (:func:`answer_held`), on SQLite the claim checks it
+(:func:`answer_held_in`), and either issues the next question as drawn ahead.
 
 On PostgreSQL each step is one statement of data-modifying CTEs. They run on one snapshot
 and do not see each other's changes, only what they return; each below reads what it

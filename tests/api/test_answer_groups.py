@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import uuid
 
 import httpx
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
@@ -169,4 +171,82 @@ def test_an_answer_that_fails_after_writing_is_undone_alone_in_its_group(
         assert n_answers == 2
         assert statuses[shown[1]["token"]] == "issued"  # its claim undone
         assert statuses[shown[0]["token"]] == statuses[shown[2]["token"]] == "answered"
+        client.delete(f"/api/projects/{slug}?force=true", headers=headers)
+
+
+def test_a_group_takes_the_answers_that_arrived_while_it_waited_for_the_write_lock(
+    app, engine: Engine, monkeypatch
+) -> None:
+    """SQLite: an answer's group waits for the write lock, which another writer holds; the
+    answers that arrive meanwhile are recorded in that group once it holds the lock, not
+    in a group of their own after it (AnswerGroups._record_taken)."""
+    if engine.dialect.name != "sqlite":
+        pytest.skip("answers are grouped on SQLite")
+    from app.db.session import WriterLock, begin_write
+
+    slug = f"wait-{uuid.uuid4().hex[:8]}"
+    sizes: list[int] = []
+    record_group = worker._record_group
+
+    def counting(db, answers):  # type: ignore[no-untyped-def]
+        sizes.append(len(answers))
+        return record_group(db, answers)
+
+    waiting_for_lock = threading.Event()
+    acquire = WriterLock.acquire
+
+    def acquire_noted(lock: WriterLock) -> None:
+        if threading.current_thread().name.startswith("turn"):
+            waiting_for_lock.set()
+        acquire(lock)
+
+    arrived: list[int] = []
+    record = worker.AnswerGroups.record
+
+    async def record_noted(groups, db, answer):  # type: ignore[no-untyped-def]
+        arrived.append(1)
+        return await record(groups, db, answer)
+
+    monkeypatch.setattr(worker, "_record_group", counting)
+    monkeypatch.setattr(WriterLock, "acquire", acquire_noted)
+    monkeypatch.setattr(worker.AnswerGroups, "record", record_noted)
+    with committed_requests(app, engine) as headers, TestClient(app) as client:
+        sessions, shown = sessions_shown(client, headers, slug, 6)
+
+        async def until(done, what: str) -> None:  # type: ignore[no-untyped-def]
+            for _ in range(1000):  # 10 s at most
+                if done():
+                    return
+                await asyncio.sleep(0.01)
+            raise AssertionError(f"not {what} within 10 s")
+
+        async def answered_while_locked() -> list[httpx.Response]:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as http:
+
+                def post(i: int) -> asyncio.Task[httpx.Response]:
+                    (session_id, session_headers), q = sessions[i], shown[i]
+                    body = {"token": q["token"], "choice": first_choice(q)}
+                    url = f"/api/w/sessions/{session_id}/answers"
+                    return asyncio.create_task(http.post(url, json=body, headers=session_headers))
+
+                with Session(engine) as other:
+                    begin_write(other)  # another writer holds the write lock
+                    waiting_for_lock.clear()
+                    posts = [post(0)]
+                    await until(waiting_for_lock.is_set, "waiting for the lock")
+                    posts += [post(i) for i in range(1, 6)]
+                    await until(lambda: len(arrived) == 6, "arrived")
+                    other.rollback()  # the lock released
+                return list(await asyncio.gather(*posts))
+
+        responses = asyncio.run(answered_while_locked())
+        assert [r.status_code for r in responses] == [201] * 6, [r.text for r in responses]
+        assert sizes == [6], sizes
+        with Session(engine) as db:
+            project_id = db.scalar(select(Project.id).where(Project.slug == slug))
+            n_answers = db.scalar(
+                select(func.count()).select_from(Answer).where(Answer.project_id == project_id)
+            )
+        assert n_answers == 6
         client.delete(f"/api/projects/{slug}?force=true", headers=headers)
