@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +18,15 @@ from pathlib import Path
 import httpx
 
 TRIPLETLAB = str(Path(sys.executable).with_name("tripletlab"))
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def stop_with_parent() -> None:
+    """For ``subprocess.Popen(preexec_fn=...)``: the server started is sent SIGTERM, and
+    stops as it does on it, when the benchmark that started it dies, even killed (Linux's
+    ``PR_SET_PDEATHSIG``; elsewhere nothing): a killed benchmark left its server serving."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -104,6 +115,7 @@ def running_server(database_url: str | None = None, **settings: str) -> Iterator
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                preexec_fn=stop_with_parent,
             )
         base = f"http://127.0.0.1:{port}"
         try:

@@ -49,7 +49,14 @@ import numpy as np
 import psutil
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _server import cpu_seconds, free_port, postgres_cpu_seconds, reset_postgres, running_server
+from _server import (
+    cpu_seconds,
+    free_port,
+    postgres_cpu_seconds,
+    reset_postgres,
+    running_server,
+    stop_with_parent,
+)
 
 try:  # the client's event loop: uvloop (installed with uvicorn[standard]) is the lighter one
     import uvloop
@@ -360,7 +367,9 @@ def bare(n_sessions: int) -> Iterator[System]:
         Path(tmp, "bare_app.py").write_text(BARE_APP)
         port = free_port()
         command = [sys.executable, "-m", "uvicorn", "bare_app:app", "--port", str(port)]
-        process = subprocess.Popen([*command, "--log-level", "warning"], cwd=tmp)
+        process = subprocess.Popen(
+            [*command, "--log-level", "warning"], cwd=tmp, preexec_fn=stop_with_parent
+        )
         base = f"http://127.0.0.1:{port}"
         try:
             wait_for(f"{base}/docs")
