@@ -204,7 +204,7 @@ async def answer(engine: Engine, prepared: Prepared) -> Answered | None:
     try:
         async with loop_connections(engine).connection() as connection:
             row = await round_trip_sql.answer_held(connection, prepared.params)
-            if row is not None and row.session_answered % QUALITY_REVIEW_EVERY == 0:
+            if _review_due(row):
                 # The quality review, after the answer's commit: written only if the
                 # participant's counters have not moved since. If this fails, the answer
                 # stays stored and the usual way takes it as sent again; the next review,
@@ -228,9 +228,16 @@ def answer_in(db: Session, prepared: Prepared) -> Answered | None:
     the usual way, in the same transaction: the answer may be stored already (no question
     was open), which the usual way takes as sent again."""
     row = round_trip_sql.answer_held_in(db, prepared.params)
-    if row is not None and row.session_answered % QUALITY_REVIEW_EVERY == 0:
+    if _review_due(row):
         review_counts(db, row, prepared.known.plan)  # type: ignore[arg-type]
     return _answered(prepared, row)
+
+
+def _review_due(row: round_trip_sql.Answered | None) -> bool:
+    """Whether the answer stored (``row``) is one after which the participant is reviewed
+    (every :data:`~app.services.responses.QUALITY_REVIEW_EVERY` th of the session; the known
+    way never takes a session's last answer, which the usual way reviews too)."""
+    return row is not None and row.session_answered % QUALITY_REVIEW_EVERY == 0
 
 
 def _answered(prepared: Prepared, row: round_trip_sql.Answered | None) -> Answered | None:

@@ -577,12 +577,19 @@ def answer_held_in(db: Session, params: dict[str, Any]) -> Answered | None:
 
 def _issued_in(answered: Answered, issued: Any) -> Answered:
     """``answered`` with the query SQLite issued after it (a row of ``_SQLITE_ISSUED``)."""
-    by_index = {shown[0]: ShownObject(*shown) for shown in json.loads(issued.objects)}
-    shown = tuple(i for i in (issued.o1, issued.o2, issued.o3) if i is not None)
     open_question = (issued.question_id, issued.kind, issued.o1, issued.o2, issued.o3)
+    objects = json.loads(issued.objects)
+    shown = (issued.o1, issued.o2, issued.o3)
     return answered._replace(
-        open_question=open_question, issued=IssuedWith(issued.query_id, by_index, shown)
+        open_question=open_question, issued=_issued_with(issued.query_id, objects, shown)
     )
+
+
+def _issued_with(query_id: int, objects: list[list[Any]], shown: tuple[Any, ...]) -> IssuedWith:
+    """:class:`IssuedWith` from the query's id, its objects (rows of ``_OBJECT_COLUMNS``) and
+    its o1, o2, o3 (in the order shown; o3 None for a pair)."""
+    by_index = {row[0]: ShownObject(*row) for row in objects}
+    return IssuedWith(query_id, by_index, tuple(i for i in shown if i is not None))
 
 
 def _answered(row: Any) -> Answered | None:
@@ -594,9 +601,7 @@ def _answered(row: Any) -> Answered | None:
         open_question = (row.q_id, row.q_kind, row.q_o1, row.q_o2, row.q_o3)
     issued = None
     if row.query_id is not None:
-        by_index = {shown[0]: ShownObject(*shown) for shown in row.shown_objects}
-        shown = tuple(i for i in (row.s1, row.s2, row.s3) if i is not None)
-        issued = IssuedWith(row.query_id, by_index, shown)
+        issued = _issued_with(row.query_id, row.shown_objects, (row.s1, row.s2, row.s3))
     return Answered(*row[:15], open_question, issued)
 
 

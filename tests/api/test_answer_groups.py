@@ -47,22 +47,28 @@ def sessions_shown(
     return sessions, [next_query(client, s, h)["query"] for s, h in sessions]
 
 
+@pytest.fixture
+def sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the groups recorded (``worker._record_group``), in order."""
+    recorded: list[int] = []
+    record_group = worker._record_group
+
+    def counting(db, answers):  # type: ignore[no-untyped-def]
+        recorded.append(len(answers))
+        return record_group(db, answers)
+
+    monkeypatch.setattr(worker, "_record_group", counting)
+    return recorded
+
+
 def sent_token(response: httpx.Response) -> str:
     return json.loads(response.request.content)["token"]
 
 
 def test_answers_arriving_together_are_grouped_and_each_kept_or_refused_alone(
-    app, engine: Engine, monkeypatch
+    app, engine: Engine, sizes: list[int]
 ) -> None:
     slug = f"group-{uuid.uuid4().hex[:8]}"
-    sizes: list[int] = []
-    record_group = worker._record_group
-
-    def counting(db, answers):  # type: ignore[no-untyped-def]
-        sizes.append(len(answers))
-        return record_group(db, answers)
-
-    monkeypatch.setattr(worker, "_record_group", counting)
     with committed_requests(app, engine) as headers, TestClient(app) as client:
         sessions, shown = sessions_shown(client, headers, slug, 8)
 
@@ -175,7 +181,7 @@ def test_an_answer_that_fails_after_writing_is_undone_alone_in_its_group(
 
 
 def test_a_group_takes_the_answers_that_arrived_while_it_waited_for_the_write_lock(
-    app, engine: Engine, monkeypatch
+    app, engine: Engine, sizes: list[int], monkeypatch
 ) -> None:
     """SQLite: an answer's group waits for the write lock, which another writer holds; the
     answers that arrive meanwhile are recorded in that group once it holds the lock, not
@@ -185,13 +191,6 @@ def test_a_group_takes_the_answers_that_arrived_while_it_waited_for_the_write_lo
     from app.db.session import WriterLock, begin_write
 
     slug = f"wait-{uuid.uuid4().hex[:8]}"
-    sizes: list[int] = []
-    record_group = worker._record_group
-
-    def counting(db, answers):  # type: ignore[no-untyped-def]
-        sizes.append(len(answers))
-        return record_group(db, answers)
-
     waiting_for_lock = threading.Event()
     acquire = WriterLock.acquire
 
@@ -207,7 +206,6 @@ def test_a_group_takes_the_answers_that_arrived_while_it_waited_for_the_write_lo
         arrived.append(1)
         return await record(groups, db, answer)
 
-    monkeypatch.setattr(worker, "_record_group", counting)
     monkeypatch.setattr(WriterLock, "acquire", acquire_noted)
     monkeypatch.setattr(worker.AnswerGroups, "record", record_noted)
     with committed_requests(app, engine) as headers, TestClient(app) as client:
