@@ -7,8 +7,9 @@ One interleaved run measures, with the same client and at 1, 10 and 50 concurren
   DIR``, default ``bench/.salmon``, gitignored; nothing of Salmon is committed). A worker there
   is ``GET /query`` then ``POST /answer``. Its Dask workers are stopped (SIGSTOP) while the
   other rows run, so they do not take CPU from them.
-* **the bare ceiling**: a FastAPI app under the same uvicorn whose routes return constant JSON
-  in our protocol, so the ratio says what Triplet Lab's own work costs.
+* **the bare ceiling**: a FastAPI app under the same uvicorn, with the same HTTP protocol
+  (``app.http_protocol``: a response in one write) and settings, whose routes return constant
+  JSON in our protocol, so the ratio says what Triplet Lab's own work costs.
 * **Triplet Lab** (`tripletlab serve`): SQLite, SQLite with 2 server processes, PostgreSQL,
   PostgreSQL with 2 server processes. A worker gets its first question with ``GET …/next``,
   then each answer's 201 carries the next question (``"next"``), as the worker page does.
@@ -361,15 +362,22 @@ def ours(
         )
 
 
+# Served as `tripletlab serve` serves ours: uvicorn with the same protocol and settings.
+BARE_SERVE = """
+import sys, uvicorn
+from app.http_protocol import OneWriteHttpToolsProtocol
+uvicorn.run("bare_app:app", port=int(sys.argv[1]), log_level="warning", access_log=False,
+            http=OneWriteHttpToolsProtocol)
+"""
+
+
 @contextmanager
 def bare(n_sessions: int) -> Iterator[System]:
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "bare_app.py").write_text(BARE_APP)
         port = free_port()
-        command = [sys.executable, "-m", "uvicorn", "bare_app:app", "--port", str(port)]
-        process = subprocess.Popen(
-            [*command, "--log-level", "warning"], cwd=tmp, preexec_fn=stop_with_parent
-        )
+        command = [sys.executable, "-c", BARE_SERVE, str(port)]
+        process = subprocess.Popen(command, cwd=tmp, preexec_fn=stop_with_parent)
         base = f"http://127.0.0.1:{port}"
         try:
             wait_for(f"{base}/docs")
