@@ -5,8 +5,8 @@ Each round starts the bare app under uvicorn with one protocol, then the other, 
 ``--requests`` POSTs from ``--workers`` keep-alive connections (raw asyncio, no think time);
 it prints requests per second and the server's CPU per request (user + system, from
 ``/proc``), and the write system calls per request (``/proc/PID/io``). ``--routes async``
-makes its routes coroutines, answered on the event loop (as PostgreSQL's round trip is);
-``sync`` (the throughput benchmark's) runs them in the thread pool.
+(the throughput benchmark's) has its routes answered on the event loop, as PostgreSQL's
+round trip is; ``sync`` makes them plain functions, run in the thread pool.
 
     .venv/bin/python bench/one_write.py [--routes sync|async] [--rounds 3] [--workers 50]
         [--requests 20000]
@@ -69,7 +69,7 @@ def _writes(pid: int) -> int:
 def measure(protocol: str, routes: str, workers: int, requests: int) -> tuple[float, float, float]:
     """Requests/s, server CPU ms and writes per request, for ``protocol`` ("one" or "two")."""
     with tempfile.TemporaryDirectory() as tmp:
-        app = BARE_APP.replace("def ", "async def ") if routes == "async" else BARE_APP
+        app = BARE_APP if routes == "async" else BARE_APP.replace("async def ", "def ")
         Path(tmp, "bare_app.py").write_text(app)
         port = free_port()
         process = subprocess.Popen(
@@ -93,7 +93,7 @@ def measure(protocol: str, routes: str, workers: int, requests: int) -> tuple[fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--routes", choices=("sync", "async"), default="sync")
+    parser.add_argument("--routes", choices=("sync", "async"), default="async")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=50)
     parser.add_argument("--requests", type=int, default=20000)

@@ -8,8 +8,9 @@ One interleaved run measures, with the same client and at 1, 10 and 50 concurren
   is ``GET /query`` then ``POST /answer``. Its Dask workers are stopped (SIGSTOP) while the
   other rows run, so they do not take CPU from them.
 * **the bare ceiling**: a FastAPI app under the same uvicorn, with the same HTTP protocol
-  (``app.http_protocol``: a response in one write) and settings, whose routes return constant
-  JSON in our protocol, so the ratio says what Triplet Lab's own work costs.
+  (``app.http_protocol``: a response in one write) and settings, whose routes (coroutines,
+  answered on the event loop: FastAPI's cheapest) return constant JSON in our protocol, so
+  the ratio says what Triplet Lab's own work costs.
 * **Triplet Lab** (`tripletlab serve`): SQLite, SQLite with 2 server processes, PostgreSQL,
   PostgreSQL with 2 server processes. A worker gets its first question with ``GET …/next``,
   then each answer's 201 carries the next question (``"next"``), as the worker page does.
@@ -81,10 +82,10 @@ from fastapi import FastAPI
 app = FastAPI()
 QUERY = {"token": "t", "kind": "triplet", "objects": [{"index": 0}, {"index": 1}, {"index": 2}]}
 @app.get("/api/w/sessions/{sid}/next")
-def next_(sid: str):
+async def next_(sid: str):
     return {"query": QUERY}
 @app.post("/api/w/sessions/{sid}/answers", status_code=201)
-def answer(sid: str, body: dict):
+async def answer(sid: str, body: dict):
     return {"answered": 1, "total": 10, "done": False, "next": {"query": QUERY}}
 """
 
