@@ -24,7 +24,11 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from sqlalchemy import Engine
 
-SIZE = 4  # connections per event loop and database
+SIZE = 2  # connections per event loop and database
+# Two, not more: PostgreSQL's CPU per round trip grows with the connections open (4 per
+# process: 0.96 ms, 2: 0.85, 1: 0.78 at 50 workers) and one queues a process's statements
+# behind one another; 2 gave the most round trips/s and the lowest p99 in turns
+# (bench/results/loop_connections_size.txt).
 # The statements psycopg prepares run their generic plan, made once per connection (again
 # after an ANALYZE). Left to choose (plan_cache_mode=auto), PostgreSQL compared the generic
 # plan's estimate with its first custom plans' and, in some runs, planned the answer's
