@@ -7,7 +7,10 @@ time per round trip (user and system) and, on PostgreSQL, that of the PostgreSQL
 processes on this machine. The plan is the throughput benchmark's minus gold and repeats
 (the usual round trip): questions are claimed from the pool the plan fills
 ``issuance.POOL_BATCH`` at a time (``fill_pool``; the fills are counted in, one per batch),
-``--redundancy 2`` asks each of them twice.
+``--redundancy 2`` asks each of them twice. ``--drop-foreign-keys`` (PostgreSQL) drops the
+foreign keys of the two tables a round trip inserts into (``answers``, ``queries``: 8 checks
+per round trip) before it starts, to measure what their checks cost: an experiment, not a
+configuration the app supports.
 ``--group`` (SQLite) records each round's answers, one per session, in one group commit
 (``app.api.worker._record_group``: each answer in a savepoint, one commit), as the server
 does with the answers that arrive together.
@@ -24,7 +27,7 @@ switching on and off costs a few instructions of its own). To measure another ch
 code with this script, put that checkout first: ``PYTHONPATH=/path/to/checkout``.
 
     .venv/bin/python bench/round_trip_cpu.py [--database sqlite|URL] [--sessions 20]
-        [--rounds 40] [--redundancy 1] [--group]
+        [--rounds 40] [--redundancy 1] [--group] [--drop-foreign-keys]
 """
 
 from __future__ import annotations
@@ -61,6 +64,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40, help="round trips per session")
     parser.add_argument("--redundancy", type=int, default=1)
     parser.add_argument(
+        "--drop-foreign-keys",
+        action="store_true",
+        help="PostgreSQL: drop the foreign keys of answers and queries first (an experiment)",
+    )
+    parser.add_argument(
         "--group",
         action="store_true",
         help="SQLite: record each round's answers in one group commit (app.api.worker)",
@@ -93,6 +101,16 @@ def main() -> None:
             connection.execute(text("DROP SCHEMA IF EXISTS public CASCADE"))
             connection.execute(text("CREATE SCHEMA public"))
     upgrade(engine)
+    if args.drop_foreign_keys and engine.dialect.name == "postgresql":
+        with engine.begin() as connection:
+            keys = connection.execute(
+                text(
+                    "SELECT conrelid::regclass::text, conname FROM pg_constraint "
+                    "WHERE contype = 'f' AND conrelid::regclass::text IN ('answers', 'queries')"
+                )
+            ).all()
+            for table, name in keys:
+                connection.execute(text(f"ALTER TABLE {table} DROP CONSTRAINT {name}"))
 
     def session() -> Session:
         return Session(engine, expire_on_commit=False)
@@ -179,7 +197,9 @@ def main() -> None:
     # using that server), as bench/worker_throughput.py counts it.
     own = f", PostgreSQL's CPU {database:.3f} ms each" if on_postgres else ""
     print(
-        f"{engine.dialect.name}, redundancy {args.redundancy}: {n} round trips, "
+        f"{engine.dialect.name}, redundancy {args.redundancy}"
+        f"{', foreign keys of answers and queries dropped' if args.drop_foreign_keys else ''}: "
+        f"{n} round trips, "
         f"CPU {user + system:.3f} ms each (user {user:.3f}, system {system:.3f}), "
         f"wall {wall / n * 1e3:.3f} ms{own}"
     )
