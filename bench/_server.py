@@ -55,7 +55,7 @@ class _Process:
     cpu: float  # user + system seconds
 
 
-def _processes() -> dict[int, _Process]:
+def processes() -> dict[int, _Process]:
     """Every process on the machine, by pid (Linux /proc)."""
     tick = os.sysconf("SC_CLK_TCK")
     found: dict[int, _Process] = {}
@@ -72,9 +72,10 @@ def _processes() -> dict[int, _Process]:
     return found
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` and all its descendants."""
-    processes = _processes()
+def cpu_seconds(pid: int, processes: dict[int, _Process] | None = None) -> float:
+    """User + system CPU time of process ``pid`` and all its descendants (in ``processes``,
+    a snapshot of :func:`processes`, or now)."""
+    processes = processes if processes is not None else processes()
     tree, frontier = {pid}, [pid]
     while frontier:
         parent = frontier.pop()
@@ -85,11 +86,12 @@ def cpu_seconds(pid: int) -> float:
     return sum(processes[p].cpu for p in tree if p in processes)
 
 
-def postgres_cpu_seconds() -> float:
+def postgres_cpu_seconds(processes: dict[int, _Process] | None = None) -> float:
     """User + system CPU time of every PostgreSQL server process on this machine (its
     backends, WAL writer, autovacuum…): what a benchmark's database costs beside the app,
     when nothing else uses the server."""
-    return sum(p.cpu for p in _processes().values() if p.name == "postgres")
+    processes = processes if processes is not None else processes()
+    return sum(p.cpu for p in processes.values() if p.name == "postgres")
 
 
 @contextmanager

@@ -21,6 +21,8 @@ so that it leaves the CPU to the servers; "server CPU" is the CPU time of every 
 system measured (for Salmon: redis, backend, frontend and Dask) per round trip, and "db CPU",
 for rows on PostgreSQL, that of the PostgreSQL server's own processes (all of them on the
 machine: run it with nothing else using that server).
+A measurement is the steady state: the workers run 2 s before its window opens, and keep their
+connections and questions across it (``timed``).
 Rows take turns, repeat after repeat, so a slow spell of the shared machine hits them alike.
 
     ../shared/tools/salmon-bench/setup.sh bench/.salmon      # once, ~2-10 min
@@ -55,6 +57,7 @@ from _server import (
     cpu_seconds,
     free_port,
     postgres_cpu_seconds,
+    processes,
     reset_postgres,
     running_server,
     stop_with_parent,
@@ -132,9 +135,17 @@ class Connection:
 
 @dataclass
 class Tally:
+    # perf_counter time the measured window opens at (set when the warm-up ends): round
+    # trips that end before it are the warm-up's and are not counted
+    measure_from: float = float("inf")
     latencies: list[float] = field(default_factory=list)  # ms per round trip
     errors: int = 0
     first_error: str = ""
+
+    def record(self, started: float) -> None:
+        ended = time.perf_counter()
+        if ended >= self.measure_from:
+            self.latencies.append((ended - started) * 1000)
 
     def error(self, status: int, body: bytes) -> None:
         self.errors += 1
@@ -171,7 +182,7 @@ async def ours_worker(
             tally.error(status, body)
             return
         nxt = json.loads(body).get("next")
-        tally.latencies.append((time.perf_counter() - started) * 1000)
+        tally.record(started)
 
 
 async def salmon_worker(
@@ -197,17 +208,16 @@ async def salmon_worker(
         if status != 200:
             tally.error(status, body)
             return
-        tally.latencies.append((time.perf_counter() - started) * 1000)
+        tally.record(started)
 
 
 Worker = Callable[[Connection, tuple[str, str], float, Tally], object]
 
 
 async def drive(
-    base: str, sessions: list[tuple[str, str]], seconds: float, worker: Worker
+    base: str, sessions: list[tuple[str, str]], seconds: float, worker: Worker, tally: Tally
 ) -> Tally:
     host, port = base.removeprefix("http://").split(":")
-    tally = Tally()
     stop = time.monotonic() + seconds
 
     async def one(session: tuple[str, str]) -> None:
@@ -233,7 +243,7 @@ class Run:
     server_cpu_ms: float  # the system's processes' CPU per round trip
     client_cpu_ms: float  # this process's CPU per round trip
     database_cpu_ms: float | None  # PostgreSQL's own processes' CPU per round trip, if used
-    connections: str = "-"  # the client's connections per server process, mid-run ("44/6")
+    connections: str = "-"  # the client's connections per server process ("44/6")
 
 
 @dataclass
@@ -247,23 +257,52 @@ class System:
     on_postgres: bool = False  # its database is the PostgreSQL server (its CPU counted apart)
 
 
+WARM_UP = 2.0  # seconds the workers run before the measured window opens
+
+
 def timed(system: System, n_workers: int, seconds: float) -> Run:
+    """``n_workers`` workers run for :data:`WARM_UP` + ``seconds``; what is counted, round
+    trips and CPU, is the last ``seconds``: the steady state. The workers keep their
+    connections and questions across the start of the window, so it does not open on 50
+    workers connecting and asking their first question at once (a burst that, counted, made
+    most of the round trips over p99 at 50 workers: all in its first 200 ms)."""
     sessions = system.sessions[:n_workers]
-    run_loop(drive(system.base, sessions, 2.0, system.worker))  # warm up
-    server_before = sum(cpu_seconds(p) for p in system.pids)
-    database_before = postgres_cpu_seconds() if system.on_postgres else 0.0
-    client_before = time.process_time()
     port = int(system.base.rsplit(":", 1)[1])
+    tally = Tally()
+    marks: list[tuple[float, float, float, float]] = []  # time, server, database, client CPU
+
+    def mark() -> None:  # one look at /proc: the client's loop waits while it is taken
+        now, running = time.perf_counter(), processes()
+        marks.append(
+            (
+                now,
+                sum(cpu_seconds(p, running) for p in system.pids),
+                postgres_cpu_seconds(running) if system.on_postgres else 0.0,
+                time.process_time(),
+            )
+        )
+
+    def open_window() -> None:
+        mark()
+        tally.measure_from = marks[0][0]
+
+    # The connections are counted in the warm-up (the window keeps them): counting reads
+    # every socket of the system's processes, and in the window it stalled the client for
+    # long enough to make a burst of round trips over p99.
     split: list[str] = []
-    counter = threading.Timer(seconds / 2, lambda: split.append(connection_split(system, port)))
-    started = time.perf_counter()
+    counter = threading.Timer(WARM_UP * 3 / 4, lambda: split.append(connection_split(system, port)))
+    opener = threading.Timer(WARM_UP, open_window)
+    opener.start()
     counter.start()
-    tally = run_loop(drive(system.base, sessions, seconds, system.worker))
-    elapsed = time.perf_counter() - started
+    run_loop(drive(system.base, sessions, WARM_UP + seconds, system.worker, tally))
+    mark()
+    opener.join()
     counter.join()
-    server_cpu = sum(cpu_seconds(p) for p in system.pids) - server_before
-    database_cpu = postgres_cpu_seconds() - database_before if system.on_postgres else None
-    client_cpu = time.process_time() - client_before
+    (started, server_before, database_before, client_before), end = marks
+    elapsed = end[0] - started
+    server_cpu = end[1] - server_before
+    database_cpu = end[2] - database_before if system.on_postgres else None
+    client_cpu = end[3] - client_before
     if tally.errors:
         print(f"  {tally.errors} errors, first: {tally.first_error}", file=sys.stderr)
     count = max(len(tally.latencies), 1)
@@ -594,7 +633,8 @@ def report(
         return statistics.fmean(r.rate for r in runs[row, n]) if (row, n) in runs else float("nan")
 
     print(
-        f"\nworker round trips (a question answered), {seconds:.0f} s per measurement, "
+        f"\nworker round trips (a question answered), {seconds:.0f} s per measurement "
+        f"after {WARM_UP:.0f} s of warm-up on the same connections, "
         f"{repeats} run(s) of each, client on the same machine (raw asyncio HTTP/1.1 "
         "keep-alive, one connection per worker, no think time); load average (1, 5, 15 min) "
         + "before: {:.1f} {:.1f} {:.1f}, after: {:.1f} {:.1f} {:.1f}".format(
@@ -635,8 +675,8 @@ def report(
         "(2 cores = 2,000 ms of CPU per second); db CPU: the PostgreSQL server's own processes "
         "(every one on the machine). Ours and the ceiling: one POST per question "
         "(its 201 carries the next question); Salmon: GET /query + POST /answer. "
-        "connections: the client's connections held by each server process, counted mid-run, "
-        "one figure per run."
+        "connections: the client's connections held by each server process, counted in the "
+        "warm-up, one figure per run."
     )
 
 
