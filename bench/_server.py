@@ -72,26 +72,26 @@ def processes() -> dict[int, _Process]:
     return found
 
 
-def cpu_seconds(pid: int, processes: dict[int, _Process] | None = None) -> float:
-    """User + system CPU time of process ``pid`` and all its descendants (in ``processes``,
-    a snapshot of :func:`processes`, or now)."""
-    processes = processes if processes is not None else processes()
+def cpu_seconds(pid: int, snapshot: dict[int, _Process] | None = None) -> float:
+    """User + system CPU time of process ``pid`` and all its descendants (in ``snapshot``,
+    one made by :func:`processes`, or now)."""
+    running = snapshot if snapshot is not None else processes()
     tree, frontier = {pid}, [pid]
     while frontier:
         parent = frontier.pop()
-        for child, process in processes.items():
+        for child, process in running.items():
             if process.ppid == parent and child not in tree:
                 tree.add(child)
                 frontier.append(child)
-    return sum(processes[p].cpu for p in tree if p in processes)
+    return sum(running[p].cpu for p in tree if p in running)
 
 
-def postgres_cpu_seconds(processes: dict[int, _Process] | None = None) -> float:
+def postgres_cpu_seconds(snapshot: dict[int, _Process] | None = None) -> float:
     """User + system CPU time of every PostgreSQL server process on this machine (its
     backends, WAL writer, autovacuum…): what a benchmark's database costs beside the app,
     when nothing else uses the server."""
-    processes = processes if processes is not None else processes()
-    return sum(p.cpu for p in processes.values() if p.name == "postgres")
+    running = snapshot if snapshot is not None else processes()
+    return sum(p.cpu for p in running.values() if p.name == "postgres")
 
 
 @contextmanager

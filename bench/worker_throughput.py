@@ -216,7 +216,7 @@ Worker = Callable[[Connection, tuple[str, str], float, Tally], object]
 
 async def drive(
     base: str, sessions: list[tuple[str, str]], seconds: float, worker: Worker, tally: Tally
-) -> Tally:
+) -> None:
     host, port = base.removeprefix("http://").split(":")
     stop = time.monotonic() + seconds
 
@@ -230,7 +230,6 @@ async def drive(
             connection.close()
 
     await asyncio.gather(*(one(s) for s in sessions))
-    return tally
 
 
 @dataclass
