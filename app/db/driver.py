@@ -199,6 +199,16 @@ async def first_async(
     return None if row is None else _row_type("postgresql", statement, cursor)._make(row)
 
 
+async def rows_async(
+    connection: psycopg.AsyncConnection[Any], statement: Statement, params: dict[str, Any]
+) -> list[Any]:
+    """:func:`rows` as :func:`run_async` runs a statement."""
+    cursor = await _cursor_async(connection, statement, params)
+    fetched = await cursor.fetchall()
+    row_type = _row_type("postgresql", statement, cursor)
+    return [row_type._make(row) for row in fetched]
+
+
 _async_raw_cursors: WeakKeyDictionary[psycopg.AsyncConnection[Any], psycopg.AsyncRawCursor[Any]] = (
     WeakKeyDictionary()
 )  # as _raw_cursors: a cursor's adapters, looked up once per connection

@@ -31,7 +31,15 @@ from app.services.projects import lock_project
 log = logging.getLogger(__name__)
 
 QUIET_S = 5.0  # after a look that created nothing, the next is this long after
-LOW_WATER = POOL_BATCH // 2  # questions past the one just claimed below which a batch is added
+# Questions a fill ahead creates. Larger than a round trip's own fill (issuance.POOL_BATCH):
+# it runs off the requests, and with answers sent in batches (app.services.answer_batches)
+# 128 at a time ran dry at ~1,600 round trips/s: a fill took ~70 ms in a busy server
+# process (its thread waits for the interpreter at each statement), a batch of answers
+# that found no question open went the usual way, and at 50 workers 12 % of the answers
+# did (bench/results/answer_batches.txt). An adaptive strategy's questions not asked yet
+# are dropped when its next batch is scored (adaptive.discard_unasked), however many.
+BATCH = 4 * POOL_BATCH
+LOW_WATER = BATCH // 2  # questions past the one just claimed below which a batch is added
 # The project's last question: claims take the lowest id first, so the ids between the one
 # just claimed and this one are about the questions left open. (Counting the open questions
 # instead, every few claims, walked the index past every question closed since its last
@@ -64,7 +72,7 @@ def top_up(db: Session, project_id: int, claimed: int) -> tuple[int, bool]:
     if not _fills_ahead(project) or last - claimed >= LOW_WATER:
         db.commit()
         return last, False
-    created = fill_pool(db, project, None)
+    created = fill_pool(db, project, None, batch=BATCH)
     last = last_question(db, project_id)
     db.commit()
     if created:

@@ -52,10 +52,11 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from app.db.driver import run_async
-from app.db.loop_connections import loop_connections
+from app.db.loop_connections import LoopConnections, loop_connections
 from app.db.models import Project, WorkSession, utcnow
 from app.schemas.plans import Plan
 from app.services import fill_ahead, issuance, round_trip_sql
+from app.services.answer_batches import answer_batches
 from app.services.comprf import stored_plan_has_comprf
 from app.services.issuance import lease_end
 from app.services.quality import SET_AUTOMATIC_FLAG, flag_change, min_answer_ms, review_counts
@@ -200,9 +201,26 @@ def prepare(
 async def answer(engine: Engine, prepared: Prepared) -> Answered | None:
     """Record the answer and issue the next question in one statement, on the event loop
     (PostgreSQL; ``engine``: the database's, as the request's sessions are bound to); None
-    if the round trip must run the usual way (see the module)."""
+    if the round trip must run the usual way (see the module). An answer whose next
+    question is not a repeat is sent with the others waiting (``app.services.answer_batches``)."""
+    connections = loop_connections(engine)
+    if prepared.ticket.repeat_draw is None:
+        batches = answer_batches(connections)
+        row = await batches.answer(prepared.params, prepared.known.plan, _review_due)
+    else:
+        row = await _answer_alone(connections, prepared)
+    answered = _answered(prepared, row)
+    if answered is not None and prepared.ticket.repeat_draw is None:
+        fill_ahead.filler(engine).claimed(prepared.known.project_id, row.open_question[0])  # type: ignore[union-attr]
+    return answered
+
+
+async def _answer_alone(
+    connections: LoopConnections, prepared: Prepared
+) -> round_trip_sql.Answered | None:
+    """:func:`answer`'s statement for this answer alone (its next question a repeat)."""
     try:
-        async with loop_connections(engine).connection() as connection:
+        async with connections.connection() as connection:
             row = await round_trip_sql.answer_held(connection, prepared.params)
             if _review_due(row):
                 # The quality review, after the answer's commit: written only if the
@@ -216,10 +234,7 @@ async def answer(engine: Engine, prepared: Prepared) -> Answered | None:
         return None
     except psycopg.OperationalError:  # the connection lost, say: the usual way tells
         return None
-    answered = _answered(prepared, row)
-    if answered is not None and prepared.ticket.repeat_draw is None:
-        fill_ahead.filler(engine).claimed(prepared.known.project_id, row.open_question[0])  # type: ignore[union-attr]
-    return answered
+    return row
 
 
 def answer_in(db: Session, prepared: Prepared) -> Answered | None:

@@ -57,17 +57,19 @@ import psycopg
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from app.db.driver import Statement, bind, first, first_async, rows, run, timestamp
+from app.db.driver import Statement, bind, first, first_async, rows, rows_async, run, timestamp
 
 # -- the parts, written once -----------------------------------------------------------------
 
 # Mark the session's query answered, if still leased and the choice is one it offered.
 _CLAIM_UPDATE = """
     UPDATE queries SET status = 'answered', answered_at = CAST(:now AS TIMESTAMPTZ)
-    WHERE token = CAST(:token AS VARCHAR) AND session_id = CAST(:session AS VARCHAR)
-      AND status = 'issued' AND expires_at > CAST(:now AS TIMESTAMPTZ)
-      AND ((kind = 'triplet' AND (o2 = CAST(:choice AS INTEGER) OR o3 = CAST(:choice AS INTEGER)))
-           OR (kind <> 'triplet' AND CAST(:choice AS INTEGER) IN (-1, 0, 1)))
+    WHERE queries.token = CAST(:token AS VARCHAR)
+      AND queries.session_id = CAST(:session AS VARCHAR)
+      AND queries.status = 'issued' AND queries.expires_at > CAST(:now AS TIMESTAMPTZ)
+      AND ((queries.kind = 'triplet' AND (queries.o2 = CAST(:choice AS INTEGER)
+                                          OR queries.o3 = CAST(:choice AS INTEGER)))
+           OR (queries.kind <> 'triplet' AND CAST(:choice AS INTEGER) IN (-1, 0, 1)))
 """
 _CLAIM_RETURNING = "RETURNING id, question_id, kind, o1, o2, o3, is_repeat, issued_at"
 _CLAIM = f"{_CLAIM_UPDATE} {_CLAIM_RETURNING}"
@@ -261,16 +263,25 @@ _QUERY = """
 # The shown order passed in (s1, s2, s3: issuance._shown drew it).
 _SHOWN_GIVEN = """CAST(:kind AS VARCHAR) AS kind, CAST(:s1 AS INTEGER) AS s1,
     CAST(:s2 AS INTEGER) AS s2, CAST(:s3 AS INTEGER) AS s3"""
+
+
+def _shown(question: str, swap: str) -> str:
+    """The kind and the order shown (s1, s2, s3) of the open question ``question`` (a table
+    or CTE with kind, o1, o2, o3), from the draw ``swap`` (issuance._shown) made before the
+    statement."""
+    return f"""{question}.kind,
+    CASE WHEN {question}.kind <> 'triplet' AND {swap} THEN {question}.o2 ELSE {question}.o1 END
+        AS s1,
+    CASE WHEN {question}.kind = 'triplet' THEN
+            CASE WHEN {swap} THEN {question}.o3 ELSE {question}.o2 END
+        ELSE CASE WHEN {swap} THEN {question}.o1 ELSE {question}.o2 END END AS s2,
+    CASE WHEN {question}.kind = 'triplet' THEN
+        CASE WHEN {swap} THEN {question}.o2 ELSE {question}.o3 END END AS s3"""
+
+
 # The shown order of the open question claimed, in SQL: issuance._shown, the draw ``:swap``
 # made before the statement.
-_SHOWN_OPEN = """open.kind,
-    CASE WHEN open.kind <> 'triplet' AND CAST(:swap AS BOOLEAN) THEN open.o2 ELSE open.o1 END
-        AS s1,
-    CASE WHEN open.kind = 'triplet' THEN
-            CASE WHEN CAST(:swap AS BOOLEAN) THEN open.o3 ELSE open.o2 END
-        ELSE CASE WHEN CAST(:swap AS BOOLEAN) THEN open.o1 ELSE open.o2 END END AS s2,
-    CASE WHEN open.kind = 'triplet' THEN
-        CASE WHEN CAST(:swap AS BOOLEAN) THEN open.o2 ELSE open.o3 END END AS s3"""
+_SHOWN_OPEN = _shown("open", "CAST(:swap AS BOOLEAN)")
 # A repeat: a question this session answered (not gold) among its last REPEAT_WINDOW answered
 # queries, and was not asked again, picked by a draw, in one statement. The candidates come
 # from the session's own queries (one non-repeat query per question). The window bounds a
@@ -390,6 +401,182 @@ LEFT JOIN objects ON objects.project_id = CAST(:project AS INTEGER)
     AND objects."index" = ANY(CAST(:shown AS INTEGER[]))
 """
 
+# -- PostgreSQL: the answers waiting, in one statement -----------------------------------------
+
+# Answers of known sessions (app.services.known_sessions) that wait for a loop connection
+# together are sent together: one statement per batch, not per answer. A statement's own cost
+# on the server (bind, the plan's locks, starting its ~60 steps, commit) was more than half
+# of PostgreSQL's CPU per round trip; the work per answer (finding rows, writing them) is the
+# rest (bench/results/answer_batches.txt). The batch statement is made of the single
+# statement's parts, each per-answer parameter read from the answer's row of ``batch``
+# instead (:func:`_per_answer`); rows of the tables it writes are reached through that row.
+# What the single statement does once, it does for every answer whose session is as
+# remembered and whose query it claims; an answer not done leaves nothing changed and is
+# taken the usual way. The caller sends answers of distinct sessions and distinct
+# participants of one project, none due a repeat: a sessions or participants row is then
+# updated once, and a questions row answered by several answers of the batch, or leased to
+# several, is counted once per answer (``GROUP BY``: a row is updated at most once per
+# statement in PostgreSQL). A question answered in the batch is not leased in it: its row is
+# updated once. The next questions are assigned in the answers' order, each the first
+# candidate with a place left that its participant has not seen, as the single statements
+# sent in that order would, among the first ``:candidates`` open questions not being claimed
+# by another statement (``SKIP LOCKED``): a participant who has seen them all gets none, and
+# takes the usual way.
+_BATCH_COLUMNS = {
+    "session": "VARCHAR", "token": "VARCHAR", "token_hash": "VARCHAR", "answered": "INTEGER",
+    "choice": "INTEGER", "participant": "INTEGER", "source": "VARCHAR",
+    "client_ms": "DOUBLE PRECISION", "code_hash": "VARCHAR", "swap": "BOOLEAN",
+    "issued_token": "VARCHAR",
+}  # fmt: skip
+_BATCH = "SELECT * FROM unnest({arrays}) WITH ORDINALITY AS batch({names}, ord)".format(
+    arrays=", ".join(f"CAST(:batch_{name} AS {kind}[])" for name, kind in _BATCH_COLUMNS.items()),
+    names=", ".join(_BATCH_COLUMNS),
+)
+
+
+def _per_answer(fragment: str, row: str) -> str:
+    """``fragment`` with each per-answer parameter (``CAST(:choice AS INTEGER)``…) read from
+    the column of the same name of ``row``."""
+    for name, kind in _BATCH_COLUMNS.items():
+        fragment = fragment.replace(f"CAST(:{name} AS {kind})", f"{row}.{name}")
+    return fragment
+
+
+_HELD_BATCH = """
+    SELECT batch.* FROM batch
+    JOIN sessions ON sessions.id = batch.session
+    JOIN participants ON participants.id = sessions.participant_id
+    JOIN projects ON projects.id = sessions.project_id
+    WHERE sessions.token_hash = batch.token_hash AND sessions.answered = batch.answered
+      AND sessions.finished_at IS NULL AND sessions.participant_id = batch.participant
+      AND sessions.project_id = CAST(:project AS INTEGER)
+      AND CAST(projects.plan AS JSONB) = CAST(:plan AS JSONB)
+    ORDER BY sessions.id
+    FOR NO KEY UPDATE OF sessions, participants
+"""
+# Held in the order of the sessions' ids: two batches holding the same two sessions hold
+# them in the same order, and do not wait for each other.
+_CLAIM_FROM_HELD = _per_answer(_CLAIM_UPDATE, "held").replace(
+    "WHERE queries.token", "FROM held WHERE queries.token"
+)
+_CLAIM_BATCH = f"""
+    {_CLAIM_FROM_HELD}
+    RETURNING queries.id, queries.question_id, queries.kind, queries.o1, queries.o2,
+        queries.o3, queries.is_repeat, queries.issued_at, held.*
+"""
+_PLACE_BATCH = """
+    UPDATE questions SET live = questions.live - claimed.n,
+        answered = questions.answered + claimed.n,
+        is_open = questions.answered + questions.live < questions.wanted
+    FROM (SELECT question_id, count(*) AS n FROM claim WHERE NOT claim.is_repeat
+          GROUP BY question_id) AS claimed
+    WHERE questions.id = claimed.question_id
+"""
+_FIRST_BATCH = """
+    SELECT DISTINCT ON (claim.id) claim.id AS claim_id, answers.a, answers.b, answers.outcome
+    FROM claim JOIN queries ON queries.participant_id = claim.participant
+        AND queries.question_id = claim.question_id AND NOT queries.is_repeat
+    JOIN answers ON answers.query_id = queries.id
+    WHERE claim.is_repeat
+"""
+_ANSWER_BATCH = _per_answer(_ANSWER.format(server_ms=_SERVER_MS["postgresql"]), "claim").replace(
+    "LEFT JOIN first ON true", "LEFT JOIN first ON first.claim_id = claim.id"
+)
+_ANSWER_BATCH = _ANSWER_BATCH.replace(
+    "FROM claim",
+    "claim.choice, claim.session, claim.participant, claim.source, claim.client_ms FROM claim",
+).replace("AS server_ms", "AS server_ms,", 1)
+_STORE_BATCH = _per_answer(_STORE, "answer")
+_CANDIDATES_BATCH = """
+    SELECT questions.id, questions.kind, questions.o1, questions.o2, questions.o3,
+        questions.wanted - questions.answered - questions.live AS places
+    FROM questions
+    WHERE questions.project_id = CAST(:project AS INTEGER) AND questions.is_open = true
+      AND EXISTS (SELECT FROM stored)
+      AND questions.id NOT IN (SELECT claim.question_id FROM claim)
+    ORDER BY questions.id LIMIT CAST(:candidates AS INTEGER)
+    FOR NO KEY UPDATE OF questions SKIP LOCKED
+"""
+# The answers stored, numbered in the batch's order; then, one answer after another, the
+# questions picked so far (``picks``, an array: a recursive step reads only the row before).
+_PICKERS = """
+    SELECT row_number() OVER (ORDER BY batch.ord) AS n, batch.ord, batch.participant
+    FROM stored JOIN batch ON batch.session = stored.session_id
+"""
+_ASSIGN = """
+    SELECT 0 AS n, CAST(ARRAY[] AS BIGINT[]) AS picks
+    UNION ALL
+    SELECT assign.n + 1, assign.picks || (
+        SELECT candidates.id FROM candidates, pickers
+        WHERE pickers.n = assign.n + 1
+          AND cardinality(array_positions(assign.picks, candidates.id)) < candidates.places
+          AND NOT EXISTS (
+            SELECT 1 FROM queries
+            WHERE queries.participant_id = pickers.participant
+              AND queries.question_id = candidates.id)
+        ORDER BY candidates.id LIMIT 1)
+    FROM assign WHERE assign.n < (SELECT count(*) FROM pickers)
+"""
+_PICKED = """
+    SELECT pickers.ord, pickers.participant,
+        (SELECT assign.picks FROM assign ORDER BY assign.n DESC LIMIT 1)[pickers.n] AS id
+    FROM pickers
+"""
+_LEASE_BATCH = """
+    UPDATE questions SET live = questions.live + leasing.n,
+        is_open = questions.answered + questions.live + leasing.n < questions.wanted
+    FROM (SELECT id, count(*) AS n FROM picked WHERE id IS NOT NULL GROUP BY id) AS leasing
+    WHERE questions.id = leasing.id
+    RETURNING questions.id
+"""
+_QUERY_BATCH = _per_answer(
+    _QUERY.format(
+        question=f"""(SELECT candidates.id, {_shown("candidates", "batch.swap")},
+            batch.session, batch.participant, batch.issued_token
+        FROM picked JOIN candidates ON candidates.id = picked.id
+        JOIN batch ON batch.ord = picked.ord
+        WHERE picked.id IN (SELECT leased.id FROM leased)) AS question""",
+        is_repeat="false",
+    ),
+    "question",
+)
+_PG_ANSWER_BATCH = f"""
+WITH RECURSIVE batch AS ({_BATCH}),
+held AS ({_HELD_BATCH}),
+claim AS ({_CLAIM_BATCH}),
+place AS ({_PLACE_BATCH}),
+first AS ({_FIRST_BATCH}),
+answer AS ({_ANSWER_BATCH}),
+stored AS ({_STORE_INTO} {_STORE_BATCH}
+    RETURNING id, session_id, participant_id, gold_correct, server_ms, client_ms, position,
+        consistent),
+session AS ({_SESSION.replace("CAST(:code_hash AS VARCHAR)", "batch.code_hash")}
+    FROM stored JOIN batch ON batch.session = stored.session_id
+    WHERE sessions.id = stored.session_id {_SESSION_RETURNING.rstrip()}, sessions.id),
+counts AS ({_per_answer(_COUNTS, "answer").replace("answer.", "stored.")}
+    FROM stored WHERE participants.id = stored.participant_id {_COUNTS_RETURNING}),
+candidates AS ({_CANDIDATES_BATCH}),
+pickers AS ({_PICKERS}),
+assign AS ({_ASSIGN}),
+picked AS ({_PICKED}),
+leased AS ({_LEASE_BATCH}),
+query AS ({_QUERY_BATCH} RETURNING id, session_id, o1, o2, o3)
+SELECT session.answered AS session_answered, session.finished_at AS session_finished_at,
+    session.completion_code_hash AS session_code_hash, counts.*,
+    candidates.id AS q_id, candidates.kind AS q_kind, candidates.o1 AS q_o1,
+    candidates.o2 AS q_o2, candidates.o3 AS q_o3,
+    query.id AS query_id, query.o1 AS s1, query.o2 AS s2, query.o3 AS s3,
+    (SELECT json_agg(json_build_array({_OBJECT_COLUMNS})) FROM objects
+     WHERE objects.project_id = CAST(:project AS INTEGER)
+       AND objects."index" IN (query.o1, query.o2, query.o3)) AS shown_objects,
+    batch.ord
+FROM session JOIN batch ON batch.session = session.id
+JOIN counts ON counts.id = batch.participant
+LEFT JOIN picked ON picked.ord = batch.ord
+LEFT JOIN candidates ON candidates.id = picked.id
+LEFT JOIN query ON query.session_id = batch.session
+"""
+
 # -- SQLite: the same parts, one statement per table written ---------------------------------
 
 _SQLITE_STORE = f"""
@@ -459,6 +646,7 @@ ANSWER = Statement(_PG_ANSWER, "")
 ANSWER_HELD = Statement(_PG_ANSWER_HELD, "")
 ANSWER_HELD_REPEAT = Statement(_PG_ANSWER_HELD_REPEAT, "")
 ISSUE = Statement(_PG_ISSUE, "")
+ANSWER_BATCH = Statement(_PG_ANSWER_BATCH, "")
 OPEN_QUESTION = Statement(
     _OPEN.format(columns=_OPEN_COLUMNS, lock=_CLAIM_OPEN, stored=""),
     _OPEN.format(columns=_OPEN_COLUMNS, lock="", stored=""),
@@ -550,6 +738,37 @@ async def answer_held(
     objects in ``q_o1``… in the order shown."""
     statement = ANSWER_HELD if params.get("draw") is None else ANSWER_HELD_REPEAT
     return _answered(await first_async(connection, statement, params))
+
+
+SPARE_CANDIDATES = 2  # open questions a batch claims beyond one per answer
+
+
+async def answer_held_batch(
+    connection: psycopg.AsyncConnection[Any], batch: Sequence[dict[str, Any]]
+) -> list[Answered | None]:
+    """:func:`answer_held` for several answers in one statement (see ``_PG_ANSWER_BATCH``):
+    ``batch``, their parameters as :func:`answer_held` takes them, none with a ``draw``, of
+    distinct sessions and distinct participants, of one project under one plan. Returns, in
+    ``batch``'s order, what each did: None where nothing changed (the session is not as
+    remembered, or the query was not claimed), ``issued`` None where the answer was stored
+    but no question was assigned. ``psycopg.IntegrityError`` (nothing changed) as
+    :func:`answer_held`."""
+    shared = max(batch, key=lambda params: params["now"])  # the lease starts when it is sent
+    params: dict[str, Any] = {
+        f"batch_{name}": [answer[name] for answer in batch] for name in _BATCH_COLUMNS
+    }
+    params.update(
+        project=shared["project"],
+        plan=shared["plan"],
+        now=shared["now"],
+        expires=shared["expires"],
+        min_ms=shared["min_ms"],
+        candidates=len(batch) + SPARE_CANDIDATES,
+    )
+    done: list[Answered | None] = [None] * len(batch)
+    for row in await rows_async(connection, ANSWER_BATCH, params):
+        done[row.ord - 1] = _answered(row)
+    return done
 
 
 def answer_held_in(db: Session, params: dict[str, Any]) -> Answered | None:

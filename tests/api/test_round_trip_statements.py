@@ -48,18 +48,24 @@ MOST = {"sqlite": 9, "postgresql": 1}
 def statements(engine: Engine) -> Iterator[list[str]]:
     sent: list[str] = []
 
+    def filling_ahead() -> bool:
+        # The pool filled ahead, off the round trip (app.services.fill_ahead).
+        return threading.current_thread().name.startswith("fill-ahead")
+
     def record(statement: str) -> None:
-        if threading.current_thread().name.startswith("fill-ahead"):
-            return  # the pool filled ahead, off the round trip (app.services.fill_ahead)
-        sent.append(" ".join(statement.split()))
+        if not filling_ahead():
+            sent.append(" ".join(statement.split()))
 
     def begin(conn) -> None:  # type: ignore[no-untyped-def]
         # SQLite's BEGIN is sent as a statement; in autocommit none is sent.
-        if engine.dialect.name != "sqlite" and not conn.connection.driver_connection.autocommit:
+        if engine.dialect.name == "sqlite" or filling_ahead():
+            return
+        if not conn.connection.driver_connection.autocommit:
             sent.append("BEGIN (implicit)")
 
     def commit(_conn) -> None:  # type: ignore[no-untyped-def]
-        sent.append("COMMIT")
+        if not filling_ahead():
+            sent.append("COMMIT")
 
     event.listen(engine, "begin", begin)
     event.listen(engine, "commit", commit)
