@@ -15,7 +15,9 @@ the event loop (:func:`prepare`), and then:
   hop, no SQLAlchemy). It holds the session and its participant itself and does anything
   only if the session is still as remembered and counted. The next question is the open
   question it claims, or, when a repeat is drawn, the repeat it picks
-  (``round_trip_sql.ANSWER_HELD_REPEAT``);
+  (``round_trip_sql.ANSWER_HELD_REPEAT``). Answers whose next question is not a repeat and
+  that wait for a connection together share one statement (``app.services.answer_batches``,
+  ``round_trip_sql.answer_held_batch``), which does for each what its own would;
 * on SQLite (:func:`answer_in`) runs the answer's steps in its group's transaction, under
   the write lock (``app.api.worker.AnswerGroups``), its claim only if the session is as
   remembered and counted (``round_trip_sql.answer_held_in``): the session is not read and

@@ -28,6 +28,10 @@ step 3 is run by ``issuance.next_query`` after step 2. For a session the server 
 statement holds the session itself (:func:`answer_held`), on SQLite the claim checks it
 (:func:`answer_held_in`), and either issues the next question as drawn ahead.
 
+On PostgreSQL, answers of known sessions that wait for a connection together are sent in
+one statement (:func:`answer_held_batch`, ``app.services.answer_batches``), made of the same
+parts.
+
 On PostgreSQL each step is one statement of data-modifying CTEs. They run on one snapshot
 and do not see each other's changes, only what they return; each below reads what it
 depends on from the ``RETURNING`` of the one before, and the reads of other rows (the
