@@ -83,7 +83,9 @@ class NextQuery(BaseModel):
 class AnswerCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    token: str = Field(min_length=1, max_length=64)
+    # A token is what issuance.query_token makes (digits, a dot, URL-safe base64): one with
+    # another character cannot name a query (a NUL byte, say, which PostgreSQL's text refuses).
+    token: str = Field(min_length=1, max_length=64, pattern=r"^[0-9A-Za-z._-]+$")
     choice: Int32
     client_ms: float | None = Field(default=None, allow_inf_nan=False)
 

@@ -14,10 +14,14 @@ starting its plan, commit) is then paid once per batch, not per answer
 Each answer's result is what the single statement would have returned for it; where it is
 None (nothing changed), or the whole statement failed (a race the unique index refused, a
 connection lost: nothing changed), the request takes the usual way, as with the single
-statement. The quality review due after an answer runs on the same connection after the
-batch's commit, as it does after the single statement's. A request cancelled while its
-answer waits is taken out of the batch; one cancelled while its batch runs leaves the
-answer stored and unacknowledged: sent again, the usual way recognises it.
+statement; any other failure of a batch of several sends each of its answers the usual way,
+where only one that cannot be taken fails. The quality review due after an answer runs on
+the same connection after the batch's commit, as it does after the single statement's. A
+batch is taken once its connection is lent: a request cancelled while its answer waits is
+left out; one cancelled while its batch runs leaves the answer stored and unacknowledged
+(sent again, the usual way recognises it). The answers of a batch share one time (``now``:
+the latest of theirs), which their rows record as answered and the next questions as
+issued.
 """
 
 from __future__ import annotations
@@ -98,19 +102,34 @@ class AnswerBatches:
             self._sending -= 1
 
     async def _send_waiting(self) -> None:
-        while True:
-            batch = self._take()
-            if not batch:
-                return
+        while self._waiting:
+            batch: list[Waiting] = []
             try:
-                rows = await self._run(batch)
-            except Exception as error:  # not a race: the requests fail as they would alone
-                for waiting in batch:
-                    if not waiting.future.done():
-                        waiting.future.set_exception(error)
-                continue
+                async with self._connections.connection() as connection:
+                    # Taken once the connection is lent: an answer whose request was
+                    # cancelled while it waited for one is left out.
+                    batch = self._take()
+                    rows = await _send(connection, batch) if batch else []
+            except (psycopg.IntegrityError, psycopg.OperationalError):
+                # A race the statement lost, or the connection lost (or not opened):
+                # nothing was changed, and the usual way takes each answer.
+                batch = batch or self._take()
+                rows = [None] * len(batch)
+            except Exception as error:
+                batch = batch or self._take()
+                if len(batch) > 1:
+                    # Nothing was changed (or the answers were stored, and the usual way
+                    # takes them as sent again): each answer goes the usual way, where only
+                    # one that cannot be taken fails, not the others of its batch.
+                    log.warning("a batch of %d answers failed", len(batch), exc_info=True)
+                    rows = [None] * len(batch)
+                else:  # the request fails as it would have alone
+                    for waiting in batch:
+                        if not waiting.future.done():
+                            waiting.future.set_exception(error)
+                    continue
             except BaseException:  # cancelled (the loop shuts down): the requests too
-                for waiting in batch:
+                for waiting in batch or self._take():
                     waiting.future.cancel()
                 raise
             for waiting, row in zip(batch, rows, strict=True):
@@ -144,22 +163,18 @@ class AnswerBatches:
         self._waiting = left
         return batch
 
-    async def _run(self, batch: list[Waiting]) -> list[Row]:
-        """The batch's statement, then the reviews due, on one connection."""
-        try:
-            async with self._connections.connection() as connection:
-                if len(batch) == 1:
-                    rows = [await round_trip_sql.answer_held(connection, batch[0].params)]
-                else:
-                    params = [waiting.params for waiting in batch]
-                    rows = await round_trip_sql.answer_held_batch(connection, params)
-                for index, (waiting, row) in enumerate(zip(batch, rows, strict=True)):
-                    if waiting.review_due(row) and not await _review(connection, waiting, row):
-                        rows[index] = None  # stored: the usual way takes it as sent again
-        except (psycopg.IntegrityError, psycopg.OperationalError):
-            # A race the statement lost, or the connection lost: nothing was changed.
-            return [None] * len(batch)
-        return rows
+
+async def _send(connection: psycopg.AsyncConnection[Any], batch: list[Waiting]) -> list[Row]:
+    """The batch's statement (a lone answer's own), then the reviews due, on ``connection``."""
+    if len(batch) == 1:
+        rows = [await round_trip_sql.answer_held(connection, batch[0].params)]
+    else:
+        params = [waiting.params for waiting in batch]
+        rows = await round_trip_sql.answer_held_batch(connection, params)
+    for index, (waiting, row) in enumerate(zip(batch, rows, strict=True)):
+        if waiting.review_due(row) and not await _review(connection, waiting, row):
+            rows[index] = None  # stored: the usual way takes it as sent again
+    return rows
 
 
 async def _review(

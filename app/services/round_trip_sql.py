@@ -468,6 +468,18 @@ _CLAIM_BATCH = f"""
     RETURNING queries.id, queries.question_id, queries.kind, queries.o1, queries.o2,
         queries.o3, queries.is_repeat, queries.issued_at, held.*
 """
+# The questions answered are held in the order of their ids, then counted, before any open
+# question is claimed (``candidates`` waits for ``place``): a batch then never holds an open
+# question while it waits for an answered one, and two batches hold the answered ones in the
+# same order. (PostgreSQL runs a data-modifying CTE that no other reads at the statement's
+# end: after the claims, with the redundancy of 2 or more that leaves an answered question
+# open, two batches could wait for each other, until the deadlock check ended one after 1 s.)
+_ANSWERED_QUESTIONS = """
+    SELECT questions.id FROM questions
+    WHERE questions.id IN (SELECT claim.question_id FROM claim WHERE NOT claim.is_repeat)
+    ORDER BY questions.id
+    FOR NO KEY UPDATE
+"""
 _PLACE_BATCH = """
     UPDATE questions SET live = questions.live - claimed.n,
         answered = questions.answered + claimed.n,
@@ -475,6 +487,8 @@ _PLACE_BATCH = """
     FROM (SELECT question_id, count(*) AS n FROM claim WHERE NOT claim.is_repeat
           GROUP BY question_id) AS claimed
     WHERE questions.id = claimed.question_id
+      AND (SELECT count(*) FROM answered_questions) >= 0
+    RETURNING questions.id
 """
 _FIRST_BATCH = """
     SELECT DISTINCT ON (claim.id) claim.id AS claim_id, answers.a, answers.b, answers.outcome
@@ -496,7 +510,7 @@ _CANDIDATES_BATCH = """
         questions.wanted - questions.answered - questions.live AS places
     FROM questions
     WHERE questions.project_id = CAST(:project AS INTEGER) AND questions.is_open = true
-      AND EXISTS (SELECT FROM stored)
+      AND EXISTS (SELECT FROM stored) AND (SELECT count(*) FROM place) >= 0
       AND questions.id NOT IN (SELECT claim.question_id FROM claim)
     ORDER BY questions.id LIMIT CAST(:candidates AS INTEGER)
     FOR NO KEY UPDATE OF questions SKIP LOCKED
@@ -548,6 +562,7 @@ _PG_ANSWER_BATCH = f"""
 WITH RECURSIVE batch AS ({_BATCH}),
 held AS ({_HELD_BATCH}),
 claim AS ({_CLAIM_BATCH}),
+answered_questions AS ({_ANSWERED_QUESTIONS}),
 place AS ({_PLACE_BATCH}),
 first AS ({_FIRST_BATCH}),
 answer AS ({_ANSWER_BATCH}),

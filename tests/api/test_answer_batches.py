@@ -10,11 +10,14 @@ free go together. Committed requests, as in ``test_known_sessions``."""
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import psycopg
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select, text
@@ -250,3 +253,55 @@ def test_answers_left_without_a_question_go_the_usual_way(project, postgres, bat
     # The others stored, with no question left: the usual way
     with Session(postgres) as db:
         assert db.scalar(select(func.count()).select_from(Answer)) == 4
+
+
+def test_a_batch_that_fails_sends_each_answer_the_usual_way(project, postgres, batches) -> None:  # type: ignore[no-untyped-def]
+    """A batch the database driver refuses for one answer's sake (here a value it cannot
+    send) changes nothing, and every answer of it comes back None: each takes the usual way,
+    where only the answer that cannot be taken fails, not the others of its batch."""
+    client, headers, slug = project
+    _study(client, headers, slug)
+    sessions = _first_questions(client, slug, 4)
+    prepared = _prepared(sessions)
+    prepared[1].params["source"] = object()  # psycopg cannot send it: ProgrammingError
+    assert _together(postgres, prepared) == [None] * 4
+    assert batches == [4]
+    with Session(postgres) as db:
+        assert db.scalar(select(func.count()).select_from(Answer)) == 0
+
+
+def test_answered_questions_are_held_before_open_ones(project, postgres, batches) -> None:  # type: ignore[no-untyped-def]
+    """A batch holds the questions it answers before it claims any open question: while
+    another transaction holds an answered question, the batch waits without holding an open
+    one, so that transaction, claiming it next, does not wait for the batch (with an open
+    one held first the two waited for each other, until PostgreSQL's deadlock check ended
+    one after 1 s). Redundancy 3: an answered question stays open."""
+    client, headers, slug = project
+    _study(client, headers, slug, redundancy=3)
+    sessions = _first_questions(client, slug, 2)
+    prepared = _prepared(sessions)
+    with Session(postgres) as db:
+        answered = db.scalars(
+            select(Query.question_id).where(Query.session_id.in_([s[0] for s in sessions]))
+        ).all()
+        first_open = db.scalar(
+            select(Question.id)
+            .where(Question.project_id == prepared[0].known.project_id, Question.is_open)
+            .where(Question.id.not_in(answered))
+            .order_by(Question.id)
+            .limit(1)
+        )
+    url = postgres.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    done: list[Any] = []
+    with psycopg.connect(url) as other:
+        other.execute("SELECT 1 FROM questions WHERE id = %s FOR NO KEY UPDATE", [answered[0]])
+        sender = threading.Thread(target=lambda: done.extend(_together(postgres, prepared)))
+        sender.start()
+        time.sleep(0.5)  # the batch is waiting for the answered question
+        claimed = other.execute(
+            "SELECT id FROM questions WHERE id = %s FOR NO KEY UPDATE NOWAIT", [first_open]
+        ).fetchall()
+        assert claimed == [(first_open,)]  # not held by the batch
+        other.rollback()
+        sender.join(timeout=30)
+    assert batches == [2] and all(d is not None for d in done), done

@@ -186,6 +186,10 @@ def test_answer_errors(client, project, db):
 
     unknown = answer(client, session_id, headers, "no-such-token", 0)
     assert unknown.status_code == 404 and "unknown" in unknown.json()["detail"]
+    for malformed in ("0.\x00x", "0.a b", "0.é"):  # no token has these characters
+        refused = answer(client, session_id, headers, malformed, 0)
+        assert refused.status_code == 422, refused.text
+        assert "token" in refused.json()["detail"]
     foreign = answer(client, other_id, other_headers, query["token"], first_choice(query))
     assert foreign.status_code == 403 and "another session" in foreign.json()["detail"]
     not_shown = answer(client, session_id, headers, query["token"], outsider)
