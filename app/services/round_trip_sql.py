@@ -212,7 +212,12 @@ _OPEN = """
     ORDER BY questions.id LIMIT 1 {lock}
 """
 _CLAIM_OPEN = "FOR NO KEY UPDATE OF questions SKIP LOCKED"
-_IF_STORED = "AND EXISTS (SELECT FROM stored)"  # in the answer's statement: only if it stored
+# In the answer's statement: only if it stored, and once the question answered is counted
+# (``place``: PostgreSQL runs a data-modifying CTE that no other reads at the statement's
+# end, so the open question was held while it waited for the answered one; with a
+# redundancy of 2 or more, where an answered question stays open, two statements could
+# wait for each other until the deadlock check ended one, after 1 s).
+_IF_STORED = "AND EXISTS (SELECT FROM stored) AND (SELECT count(*) FROM place) >= 0"
 # Questions of the plan, created ahead of the round trips that issue them (no place taken),
 # a fill's batch in one statement: ``:rows`` is a JSON array of rows (``_QUESTION_FIELDS``),
 # inserted in its order (claims take the lowest id first). A key the project has already,
@@ -370,7 +375,8 @@ query AS ({_QUERY.format(question="question", is_repeat="false")} RETURNING id, 
         next_join = "open"
     return f"""
 WITH {first_steps},
-place AS ({_PLACE} FROM claim WHERE questions.id = claim.question_id AND NOT claim.is_repeat),
+place AS ({_PLACE} FROM claim WHERE questions.id = claim.question_id AND NOT claim.is_repeat
+    RETURNING questions.id),
 first AS ({_FIRST}),
 answer AS ({_ANSWER.format(server_ms=_SERVER_MS["postgresql"])}),
 stored AS ({_STORE_INTO} {_STORE} RETURNING id),

@@ -9,10 +9,13 @@ it do."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select, text
@@ -347,3 +350,40 @@ def test_the_pool_is_filled_before_it_runs_dry(project, postgres, sent) -> None:
         project_id = db.scalar(select(Project.id).where(Project.slug == slug))
         created = db.scalar(select(func.count()).where(Question.project_id == project_id))
     assert created == POOL_BATCH + fill_ahead.BATCH  # the first fill's, one ahead, no more
+
+
+def test_the_answered_question_is_held_before_an_open_one(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
+    """The answer's statement counts the question answered before it claims the next open
+    one: while another transaction holds the answered question, the statement waits without
+    holding an open question, so that transaction, claiming it next, does not wait for the
+    statement (the two waited for each other, until PostgreSQL's deadlock check ended one
+    after 1 s). Redundancy 3: an answered question stays open."""
+    client, headers, slug = project
+    _study(client, headers, slug, redundancy=3)
+    session_id, session, body = _first_question(client, slug)
+    with Session(postgres) as db:
+        answered = db.scalar(select(Query.question_id).where(Query.session_id == session_id))
+        project_id = db.scalar(select(Project.id).where(Project.slug == slug))
+        first_open = db.scalar(
+            select(Question.id)
+            .where(Question.project_id == project_id, Question.is_open, Question.id != answered)
+            .order_by(Question.id)
+            .limit(1)
+        )
+    url = postgres.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    replies: list[Any] = []
+    with psycopg.connect(url) as other:
+        other.execute("SELECT 1 FROM questions WHERE id = %s FOR NO KEY UPDATE", [answered])
+        answering = threading.Thread(
+            target=lambda: replies.append(_answer_shown(client, session_id, session, body))
+        )
+        answering.start()
+        time.sleep(0.5)  # the statement is waiting for the answered question
+        claimed = other.execute(
+            "SELECT id FROM questions WHERE id = %s FOR NO KEY UPDATE NOWAIT", [first_open]
+        ).fetchall()
+        assert claimed == [(first_open,)]  # not held by the statement
+        other.rollback()
+        answering.join(timeout=30)
+    assert replies[0].status_code == 201, replies[0].text
+    assert sent == [ONE_STATEMENT]
