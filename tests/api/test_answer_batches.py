@@ -305,3 +305,30 @@ def test_answered_questions_are_held_before_open_ones(project, postgres, batches
         other.rollback()
         sender.join(timeout=30)
     assert batches == [2] and all(d is not None for d in done), done
+
+
+def test_a_batch_passes_over_a_participant_held_elsewhere(project, postgres, batches) -> None:  # type: ignore[no-untyped-def]
+    """A participant held by another transaction (a request taking the usual way, say): the
+    batch does not wait for it; that answer changes nothing and comes back None (the usual
+    way takes it, and waits there), the others are stored."""
+    client, headers, slug = project
+    _study(client, headers, slug)
+    sessions = _first_questions(client, slug, 3)
+    prepared = _prepared(sessions)
+    url = postgres.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    done: list[Any] = []
+    with psycopg.connect(url) as other:
+        other.execute(
+            "SELECT 1 FROM participants WHERE id = %s FOR NO KEY UPDATE",
+            [prepared[1].known.participant_id],
+        )
+        sender = threading.Thread(target=lambda: done.extend(_together(postgres, prepared)))
+        sender.start()
+        sender.join(timeout=10)
+        assert not sender.is_alive()  # it did not wait for the participant
+        other.rollback()
+    assert batches == [3]
+    assert [d is None for d in done] == [False, True, False]
+    with Session(postgres) as db:
+        stored = db.scalars(select(Answer.session_id)).all()
+        assert sorted(stored) == sorted([sessions[0][0], sessions[2][0]])
