@@ -1,5 +1,6 @@
-"""The answers of known sessions that wait for a connection together, sent in one statement
-(PostgreSQL).
+"""The answers of known sessions sent on the event loop's own connections (PostgreSQL): one
+alone (:func:`answer_alone`, a repeat's), or with the others that wait for a connection
+together, in one statement (:class:`AnswerBatches`).
 
 A server process has :data:`~app.db.loop_connections.SIZE` connections per event loop; under
 load most answers wait for one. Each connection has one sender here: it takes every answer
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -39,6 +40,7 @@ from app.db.loop_connections import SIZE, LoopConnections
 from app.schemas.plans import Plan
 from app.services import round_trip_sql
 from app.services.quality import SET_AUTOMATIC_FLAG, flag_change
+from app.services.responses import QUALITY_REVIEW_EVERY
 
 log = logging.getLogger(__name__)
 
@@ -51,20 +53,13 @@ Row = round_trip_sql.Answered | None
 
 class Waiting:
     """An answer waiting to be sent: its statement's parameters, its project's plan (for the
-    review), whether the review is due after it, and the future its request awaits."""
+    review after it) and the future its request awaits."""
 
-    __slots__ = ("future", "params", "plan", "review_due")
+    __slots__ = ("future", "params", "plan")
 
-    def __init__(
-        self,
-        params: dict[str, Any],
-        plan: Plan,
-        review_due: Callable[[Row], bool],
-        future: asyncio.Future[Row],
-    ) -> None:
+    def __init__(self, params: dict[str, Any], plan: Plan, future: asyncio.Future[Row]) -> None:
         self.params = params
         self.plan = plan
-        self.review_due = review_due
         self.future = future
 
 
@@ -79,14 +74,12 @@ class AnswerBatches:
         # that has returned is in the set until its callback runs)
         self._senders: set[asyncio.Task[None]] = set()  # held: the loop keeps weak ones
 
-    async def answer(
-        self, params: dict[str, Any], plan: Plan, review_due: Callable[[Row], bool]
-    ) -> Row:
+    async def answer(self, params: dict[str, Any], plan: Plan) -> Row:
         """Send the answer (``params`` as ``round_trip_sql.answer_held`` takes them, no
-        ``draw``) with the others waiting; what the statement returned for it, or None if
-        it changed nothing for it or failed. The review follows if ``review_due`` says so."""
+        ``draw``) with the others waiting, and the review due after it; what the statement
+        returned for it, or None if it changed nothing for it or failed."""
         future: asyncio.Future[Row] = asyncio.get_running_loop().create_future()
-        self._waiting.append(Waiting(params, plan, review_due, future))
+        self._waiting.append(Waiting(params, plan, future))
         if self._sending < SIZE:
             self._sending += 1
             sender = asyncio.get_running_loop().create_task(self._send())
@@ -109,7 +102,8 @@ class AnswerBatches:
                     # Taken once the connection is lent: an answer whose request was
                     # cancelled while it waited for one is left out.
                     batch = self._take()
-                    rows = await _send(connection, batch) if batch else []
+                    answers = [(waiting.params, waiting.plan) for waiting in batch]
+                    rows = await _send(connection, answers) if batch else []
             except (psycopg.IntegrityError, psycopg.OperationalError):
                 # A race the statement lost, or the connection lost (or not opened):
                 # nothing was changed, and the usual way takes each answer.
@@ -164,27 +158,49 @@ class AnswerBatches:
         return batch
 
 
-async def _send(connection: psycopg.AsyncConnection[Any], batch: list[Waiting]) -> list[Row]:
-    """The batch's statement (a lone answer's own), then the reviews due, on ``connection``."""
-    if len(batch) == 1:
-        rows = [await round_trip_sql.answer_held(connection, batch[0].params)]
+async def answer_alone(connections: LoopConnections, params: dict[str, Any], plan: Plan) -> Row:
+    """Send the answer (``params`` as ``round_trip_sql.answer_held`` takes them) alone, on a
+    connection of ``connections``, and the review due after it; what the statement returned,
+    or None if it changed nothing or failed on a race or a lost connection (nothing
+    changed)."""
+    try:
+        async with connections.connection() as connection:
+            return (await _send(connection, [(params, plan)]))[0]
+    except (psycopg.IntegrityError, psycopg.OperationalError):
+        return None
+
+
+async def _send(
+    connection: psycopg.AsyncConnection[Any], answers: Sequence[tuple[dict[str, Any], Plan]]
+) -> list[Row]:
+    """The statement of ``answers`` (their parameters and plans), a lone answer's own or a
+    batch's, then the reviews due, on ``connection``."""
+    if len(answers) == 1:
+        rows = [await round_trip_sql.answer_held(connection, answers[0][0])]
     else:
-        params = [waiting.params for waiting in batch]
+        params = [params for params, _ in answers]
         rows = await round_trip_sql.answer_held_batch(connection, params)
-    for index, (waiting, row) in enumerate(zip(batch, rows, strict=True)):
-        if waiting.review_due(row) and not await _review(connection, waiting, row):
+    for index, ((_, plan), row) in enumerate(zip(answers, rows, strict=True)):
+        if review_due(row) and not await _review(connection, plan, row):  # type: ignore[arg-type]
             rows[index] = None  # stored: the usual way takes it as sent again
     return rows
 
 
+def review_due(row: Row) -> bool:
+    """Whether the answer stored (``row``) is one after which the participant is reviewed
+    (every :data:`~app.services.responses.QUALITY_REVIEW_EVERY` th of the session; the known
+    way never takes a session's last answer, which the usual way reviews too)."""
+    return row is not None and row.session_answered % QUALITY_REVIEW_EVERY == 0
+
+
 async def _review(
-    connection: psycopg.AsyncConnection[Any], waiting: Waiting, row: round_trip_sql.Answered
+    connection: psycopg.AsyncConnection[Any], plan: Plan, row: round_trip_sql.Answered
 ) -> bool:
     """The quality review after an answer, after its commit: written only if the
     participant's counters have not moved since. False if it failed: the answer stays
     stored, and the next review, five answers on, decides from the counters then."""
     try:
-        change = flag_change(row, waiting.plan)  # type: ignore[arg-type]
+        change = flag_change(row, plan)  # type: ignore[arg-type]
         if change is not None:
             await run_async(connection, SET_AUTOMATIC_FLAG, change)
     except psycopg.IntegrityError:

@@ -49,20 +49,18 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-import psycopg
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from app.db.driver import run_async
-from app.db.loop_connections import LoopConnections, loop_connections
+from app.db.loop_connections import loop_connections
 from app.db.models import Project, WorkSession, utcnow
 from app.schemas.plans import Plan
 from app.services import fill_ahead, issuance, round_trip_sql
-from app.services.answer_batches import answer_batches
+from app.services.answer_batches import answer_alone, answer_batches, review_due
 from app.services.comprf import stored_plan_has_comprf
 from app.services.issuance import lease_end
-from app.services.quality import SET_AUTOMATIC_FLAG, flag_change, min_answer_ms, review_counts
-from app.services.responses import QUALITY_REVIEW_EVERY, client_ms_valid
+from app.services.quality import min_answer_ms, review_counts
+from app.services.responses import client_ms_valid
 from app.services.sessions import session_code_hash, token_hash
 
 MAX_KNOWN = 50_000  # sessions remembered per process (~0.5 kB each): the oldest forgotten
@@ -207,36 +205,13 @@ async def answer(engine: Engine, prepared: Prepared) -> Answered | None:
     question is not a repeat is sent with the others waiting (``app.services.answer_batches``)."""
     connections = loop_connections(engine)
     if prepared.ticket.repeat_draw is None:
-        batches = answer_batches(connections)
-        row = await batches.answer(prepared.params, prepared.known.plan, _review_due)
+        row = await answer_batches(connections).answer(prepared.params, prepared.known.plan)
     else:
-        row = await _answer_alone(connections, prepared)
+        row = await answer_alone(connections, prepared.params, prepared.known.plan)
     answered = _answered(prepared, row)
     if answered is not None and prepared.ticket.repeat_draw is None:
         fill_ahead.filler(engine).claimed(prepared.known.project_id, row.open_question[0])  # type: ignore[union-attr]
     return answered
-
-
-async def _answer_alone(
-    connections: LoopConnections, prepared: Prepared
-) -> round_trip_sql.Answered | None:
-    """:func:`answer`'s statement for this answer alone (its next question a repeat)."""
-    try:
-        async with connections.connection() as connection:
-            row = await round_trip_sql.answer_held(connection, prepared.params)
-            if _review_due(row):
-                # The quality review, after the answer's commit: written only if the
-                # participant's counters have not moved since. If this fails, the answer
-                # stays stored and the usual way takes it as sent again; the next review,
-                # five answers on, decides from the counters then.
-                change = flag_change(row, prepared.known.plan)  # type: ignore[arg-type]
-                if change is not None:
-                    await run_async(connection, SET_AUTOMATIC_FLAG, change)
-    except psycopg.IntegrityError:  # a race: nothing was changed (see round_trip_sql._HELD)
-        return None
-    except psycopg.OperationalError:  # the connection lost, say: the usual way tells
-        return None
-    return row
 
 
 def answer_in(db: Session, prepared: Prepared) -> Answered | None:
@@ -245,16 +220,9 @@ def answer_in(db: Session, prepared: Prepared) -> Answered | None:
     the usual way, in the same transaction: the answer may be stored already (no question
     was open), which the usual way takes as sent again."""
     row = round_trip_sql.answer_held_in(db, prepared.params)
-    if _review_due(row):
+    if review_due(row):
         review_counts(db, row, prepared.known.plan)  # type: ignore[arg-type]
     return _answered(prepared, row)
-
-
-def _review_due(row: round_trip_sql.Answered | None) -> bool:
-    """Whether the answer stored (``row``) is one after which the participant is reviewed
-    (every :data:`~app.services.responses.QUALITY_REVIEW_EVERY` th of the session; the known
-    way never takes a session's last answer, which the usual way reviews too)."""
-    return row is not None and row.session_answered % QUALITY_REVIEW_EVERY == 0
 
 
 def _answered(prepared: Prepared, row: round_trip_sql.Answered | None) -> Answered | None:

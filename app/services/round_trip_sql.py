@@ -133,11 +133,13 @@ _ANSWER = """
              ELSE CASE WHEN first.a = claim.o1 THEN first.outcome ELSE -first.outcome END
                   = CAST(:choice AS INTEGER)
         END AS consistent,
-        {server_ms} AS server_ms
+        {server_ms} AS server_ms{carried}
     FROM claim
     JOIN questions ON questions.id = claim.question_id
-    LEFT JOIN first ON true
+    LEFT JOIN first ON {first_of_claim}
 """
+# One answer (the single statement, SQLite): the first answer, if any, is its claim's.
+_ONE = {"carried": "", "first_of_claim": "true"}
 _SERVER_MS = {
     "postgresql": "CAST(EXTRACT(EPOCH FROM CAST(:now AS TIMESTAMPTZ) - claim.issued_at) * 1000"
     " AS DOUBLE PRECISION)",
@@ -378,7 +380,7 @@ WITH {first_steps},
 place AS ({_PLACE} FROM claim WHERE questions.id = claim.question_id AND NOT claim.is_repeat
     RETURNING questions.id),
 first AS ({_FIRST}),
-answer AS ({_ANSWER.format(server_ms=_SERVER_MS["postgresql"])}),
+answer AS ({_ANSWER.format(server_ms=_SERVER_MS["postgresql"], **_ONE)}),
 stored AS ({_STORE_INTO} {_STORE} RETURNING id),
 session AS ({_SESSION} FROM stored WHERE sessions.id = CAST(:session AS VARCHAR)
     {_SESSION_RETURNING}),
@@ -508,13 +510,16 @@ _FIRST_BATCH = """
     JOIN answers ON answers.query_id = queries.id
     WHERE claim.is_repeat
 """
-_ANSWER_BATCH = _per_answer(_ANSWER.format(server_ms=_SERVER_MS["postgresql"]), "claim").replace(
-    "LEFT JOIN first ON true", "LEFT JOIN first ON first.claim_id = claim.id"
+# Each answer carries its own values on, for the rows written from it.
+_ANSWER_BATCH = _per_answer(
+    _ANSWER.format(
+        server_ms=_SERVER_MS["postgresql"],
+        carried=",\n        claim.choice, claim.session, claim.participant, claim.source,"
+        " claim.client_ms",
+        first_of_claim="first.claim_id = claim.id",
+    ),
+    "claim",
 )
-_ANSWER_BATCH = _ANSWER_BATCH.replace(
-    "FROM claim",
-    "claim.choice, claim.session, claim.participant, claim.source, claim.client_ms FROM claim",
-).replace("AS server_ms", "AS server_ms,", 1)
 _STORE_BATCH = _per_answer(_STORE, "answer")
 _CANDIDATES_BATCH = """
     SELECT questions.id, questions.kind, questions.o1, questions.o2, questions.o3,
@@ -577,14 +582,12 @@ answered_questions AS ({_ANSWERED_QUESTIONS}),
 place AS ({_PLACE_BATCH}),
 first AS ({_FIRST_BATCH}),
 answer AS ({_ANSWER_BATCH}),
-stored AS ({_STORE_INTO} {_STORE_BATCH}
-    RETURNING id, session_id, participant_id, gold_correct, server_ms, client_ms, position,
-        consistent),
-session AS ({_SESSION.replace("CAST(:code_hash AS VARCHAR)", "batch.code_hash")}
+stored AS ({_STORE_INTO} {_STORE_BATCH} RETURNING session_id),
+session AS ({_per_answer(_SESSION, "batch")}
     FROM stored JOIN batch ON batch.session = stored.session_id
     WHERE sessions.id = stored.session_id {_SESSION_RETURNING.rstrip()}, sessions.id),
-counts AS ({_per_answer(_COUNTS, "answer").replace("answer.", "stored.")}
-    FROM stored WHERE participants.id = stored.participant_id {_COUNTS_RETURNING}),
+counts AS ({_per_answer(_COUNTS, "answer")}
+    FROM answer WHERE participants.id = answer.participant {_COUNTS_RETURNING}),
 candidates AS ({_CANDIDATES_BATCH}),
 pickers AS ({_PICKERS}),
 assign AS ({_ASSIGN}),
@@ -614,7 +617,7 @@ _SQLITE_STORE = f"""
 WITH claim AS (SELECT id, question_id, kind, o1, o2, o3, is_repeat, issued_at FROM queries
                WHERE id = :query),
 first AS ({_FIRST}),
-answer AS ({_ANSWER.format(server_ms=_SERVER_MS["sqlite"])})
+answer AS ({_ANSWER.format(server_ms=_SERVER_MS["sqlite"], **_ONE)})
 {_STORE}
 RETURNING id
 """
