@@ -10,14 +10,10 @@ free go together. Committed requests, as in ``test_known_sessions``."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import psycopg
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select, text
@@ -25,23 +21,10 @@ from sqlalchemy.orm import Session
 
 from app.db.models import Answer, Participant, Query, Question, WorkSession
 from app.services import known_sessions, round_trip_sql
+from tests.api.test_known_sessions import _study as known_study
+from tests.api.test_known_sessions import first_open_question, in_background, other_connection
 from tests.api.test_round_trip_rows import check_round_trip_rows
-from tests.factories import committed_requests, make_objects, make_project, open_session, set_plan
-
-
-@pytest.fixture
-def postgres(engine: Engine) -> Engine:
-    if engine.dialect.name != "postgresql":
-        pytest.skip("PostgreSQL's own connections: SQLite groups its answers in one transaction")
-    return engine
-
-
-@pytest.fixture
-def project(app, postgres: Engine) -> Iterator[tuple[TestClient, dict[str, str], str]]:  # type: ignore[no-untyped-def]
-    slug = f"batch-{uuid.uuid4().hex[:8]}"
-    with committed_requests(app, postgres) as headers, TestClient(app) as client:
-        yield client, headers, slug
-        client.delete(f"/api/projects/{slug}?force=true", headers=headers)
+from tests.factories import open_session
 
 
 @pytest.fixture
@@ -128,17 +111,18 @@ def answer_together(engine: Engine):  # type: ignore[no-untyped-def]
     return answering
 
 
-def test_rows_follow_the_rules_when_answers_are_sent_together(project, postgres, batches) -> None:  # type: ignore[no-untyped-def]
-    client, headers, slug = project
+def test_rows_follow_the_rules_when_answers_are_sent_together(
+    committed_project, postgres, batches
+) -> None:  # type: ignore[no-untyped-def]
+    client, headers, slug = committed_project
     with Session(postgres, expire_on_commit=False) as db:
         check_round_trip_rows(client, headers, db, slug, answering=answer_together(postgres))
     assert batches and max(batches) == 3, batches  # three at once went together
 
 
 def _study(client, headers, slug: str, **plan: Any) -> None:  # type: ignore[no-untyped-def]
-    make_project(client, headers, slug)
-    make_objects(client, headers, slug, 30)
-    set_plan(client, headers, slug, **{"queries_per_session": 20, "gold_rate": 0, **plan})
+    """``test_known_sessions``'s study, with 30 objects and 20 questions a session."""
+    known_study(client, headers, slug, n_objects=30, **{"queries_per_session": 20, **plan})
 
 
 def _first_questions(client, slug: str, n: int) -> list[tuple[str, dict, dict]]:  # type: ignore[no-untyped-def]
@@ -161,11 +145,13 @@ def _prepared(sessions, choice=None) -> list[known_sessions.Prepared]:  # type: 
     return prepared
 
 
-def test_a_question_with_places_left_goes_to_several_of_a_batch(project, postgres, batches) -> None:  # type: ignore[no-untyped-def]
+def test_a_question_with_places_left_goes_to_several_of_a_batch(
+    committed_project, postgres, batches
+) -> None:  # type: ignore[no-untyped-def]
     """Redundancy 3: the next questions are assigned in the batch's order, each the first
     open question with a place left that the participant has not seen, as single statements
     sent in that order would; places are counted once per answer."""
-    client, headers, slug = project
+    client, headers, slug = committed_project
     _study(client, headers, slug, redundancy=3)
     sessions = _first_questions(client, slug, 7)
     done = _together(postgres, _prepared(sessions))
@@ -202,11 +188,13 @@ def test_a_question_with_places_left_goes_to_several_of_a_batch(project, postgre
         assert len(pairs) == len(set(pairs))
 
 
-def test_an_answer_of_a_batch_not_as_remembered_changes_nothing(project, postgres, batches) -> None:  # type: ignore[no-untyped-def]
+def test_an_answer_of_a_batch_not_as_remembered_changes_nothing(
+    committed_project, postgres, batches
+) -> None:  # type: ignore[no-untyped-def]
     """One session of the batch moved on since the process remembered it, one answer's
     choice is not one its question offered: those two change nothing and come back None
     (the route then takes the usual way); the rest of the batch is stored."""
-    client, headers, slug = project
+    client, headers, slug = committed_project
     _study(client, headers, slug)
     sessions = _first_questions(client, slug, 5)
     prepared = _prepared(sessions)
@@ -230,11 +218,13 @@ def test_an_answer_of_a_batch_not_as_remembered_changes_nothing(project, postgre
             assert participant is not None and participant.n_answers == 0
 
 
-def test_answers_left_without_a_question_go_the_usual_way(project, postgres, batches) -> None:  # type: ignore[no-untyped-def]
+def test_answers_left_without_a_question_go_the_usual_way(
+    committed_project, postgres, batches
+) -> None:  # type: ignore[no-untyped-def]
     """One question open: one answer of the batch is assigned it; the others are stored and
     find none to assign: each comes back None, for the usual way (which takes it as sent
     again and fills the pool)."""
-    client, headers, slug = project
+    client, headers, slug = committed_project
     _study(client, headers, slug)
     sessions = _first_questions(client, slug, 4)
     prepared = _prepared(sessions)
@@ -255,11 +245,13 @@ def test_answers_left_without_a_question_go_the_usual_way(project, postgres, bat
         assert db.scalar(select(func.count()).select_from(Answer)) == 4
 
 
-def test_a_batch_that_fails_sends_each_answer_the_usual_way(project, postgres, batches) -> None:  # type: ignore[no-untyped-def]
+def test_a_batch_that_fails_sends_each_answer_the_usual_way(
+    committed_project, postgres, batches
+) -> None:  # type: ignore[no-untyped-def]
     """A batch the database driver refuses for one answer's sake (here a value it cannot
     send) changes nothing, and every answer of it comes back None: each takes the usual way,
     where only the answer that cannot be taken fails, not the others of its batch."""
-    client, headers, slug = project
+    client, headers, slug = committed_project
     _study(client, headers, slug)
     sessions = _first_questions(client, slug, 4)
     prepared = _prepared(sessions)
@@ -270,13 +262,13 @@ def test_a_batch_that_fails_sends_each_answer_the_usual_way(project, postgres, b
         assert db.scalar(select(func.count()).select_from(Answer)) == 0
 
 
-def test_answered_questions_are_held_before_open_ones(project, postgres, batches) -> None:  # type: ignore[no-untyped-def]
+def test_answered_questions_are_held_before_open_ones(committed_project, postgres, batches) -> None:  # type: ignore[no-untyped-def]
     """A batch holds the questions it answers before it claims any open question: while
     another transaction holds an answered question, the batch waits without holding an open
     one, so that transaction, claiming it next, does not wait for the batch (with an open
     one held first the two waited for each other, until PostgreSQL's deadlock check ended
     one after 1 s). Redundancy 3: an answered question stays open."""
-    client, headers, slug = project
+    client, headers, slug = committed_project
     _study(client, headers, slug, redundancy=3)
     sessions = _first_questions(client, slug, 2)
     prepared = _prepared(sessions)
@@ -284,19 +276,10 @@ def test_answered_questions_are_held_before_open_ones(project, postgres, batches
         answered = db.scalars(
             select(Query.question_id).where(Query.session_id.in_([s[0] for s in sessions]))
         ).all()
-        first_open = db.scalar(
-            select(Question.id)
-            .where(Question.project_id == prepared[0].known.project_id, Question.is_open)
-            .where(Question.id.not_in(answered))
-            .order_by(Question.id)
-            .limit(1)
-        )
-    url = postgres.url.set(drivername="postgresql").render_as_string(hide_password=False)
-    done: list[Any] = []
-    with psycopg.connect(url) as other:
+    first_open = first_open_question(postgres, prepared[0].known.project_id, list(answered))
+    with other_connection(postgres) as other:
         other.execute("SELECT 1 FROM questions WHERE id = %s FOR NO KEY UPDATE", [answered[0]])
-        sender = threading.Thread(target=lambda: done.extend(_together(postgres, prepared)))
-        sender.start()
+        sender, results = in_background(lambda: _together(postgres, prepared))
         time.sleep(0.5)  # the batch is waiting for the answered question
         claimed = other.execute(
             "SELECT id FROM questions WHERE id = %s FOR NO KEY UPDATE NOWAIT", [first_open]
@@ -304,29 +287,30 @@ def test_answered_questions_are_held_before_open_ones(project, postgres, batches
         assert claimed == [(first_open,)]  # not held by the batch
         other.rollback()
         sender.join(timeout=30)
+    done = results[0]
     assert batches == [2] and all(d is not None for d in done), done
 
 
-def test_a_batch_passes_over_a_participant_held_elsewhere(project, postgres, batches) -> None:  # type: ignore[no-untyped-def]
+def test_a_batch_passes_over_a_participant_held_elsewhere(
+    committed_project, postgres, batches
+) -> None:  # type: ignore[no-untyped-def]
     """A participant held by another transaction (a request taking the usual way, say): the
     batch does not wait for it; that answer changes nothing and comes back None (the usual
     way takes it, and waits there), the others are stored."""
-    client, headers, slug = project
+    client, headers, slug = committed_project
     _study(client, headers, slug)
     sessions = _first_questions(client, slug, 3)
     prepared = _prepared(sessions)
-    url = postgres.url.set(drivername="postgresql").render_as_string(hide_password=False)
-    done: list[Any] = []
-    with psycopg.connect(url) as other:
+    with other_connection(postgres) as other:
         other.execute(
             "SELECT 1 FROM participants WHERE id = %s FOR NO KEY UPDATE",
             [prepared[1].known.participant_id],
         )
-        sender = threading.Thread(target=lambda: done.extend(_together(postgres, prepared)))
-        sender.start()
+        sender, results = in_background(lambda: _together(postgres, prepared))
         sender.join(timeout=10)
         assert not sender.is_alive()  # it did not wait for the participant
         other.rollback()
+    done = results[0]
     assert batches == [3]
     assert [d is None for d in done] == [False, True, False]
     with Session(postgres) as db:

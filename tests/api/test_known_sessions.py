@@ -12,12 +12,11 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 import pytest
-from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -29,7 +28,6 @@ from app.services.issuance import POOL_BATCH
 from tests.api.test_round_trip_rows import check_round_trip_rows
 from tests.factories import (
     answer,
-    committed_requests,
     first_choice,
     make_objects,
     make_project,
@@ -56,13 +54,6 @@ def _answer_statement(statement: str) -> str | None:
 
 
 @pytest.fixture
-def postgres(engine: Engine) -> Engine:
-    if engine.dialect.name != "postgresql":
-        pytest.skip("PostgreSQL's own connections and its pool filled ahead")
-    return engine
-
-
-@pytest.fixture
 def sent(engine: Engine) -> Iterator[list[str]]:
     """The answer statements sent, by the way they take."""
     texts: list[str] = []
@@ -74,14 +65,6 @@ def sent(engine: Engine) -> Iterator[list[str]]:
 
     with statements_sent(engine, record):
         yield texts
-
-
-@pytest.fixture
-def project(app, engine: Engine) -> Iterator[tuple[TestClient, dict[str, str], str]]:  # type: ignore[no-untyped-def]
-    slug = f"known-{uuid.uuid4().hex[:8]}"
-    with committed_requests(app, engine) as headers, TestClient(app) as client:
-        yield client, headers, slug
-        client.delete(f"/api/projects/{slug}?force=true", headers=headers)
 
 
 def _answers_of(engine: Engine, session_id: str) -> int:
@@ -109,8 +92,39 @@ def _answer_shown(client, session_id: str, session: dict, body: dict, ms: float 
     return answer(client, session_id, session, query["token"], first_choice(query), ms)
 
 
-def test_rows_follow_the_rules_when_answered_in_one_statement(project, engine, sent) -> None:  # type: ignore[no-untyped-def]
-    client, headers, slug = project
+def other_connection(engine: Engine) -> psycopg.Connection[Any]:
+    """A psycopg connection of its own to ``engine``'s database (PostgreSQL), outside
+    SQLAlchemy: another transaction, to hold rows while a round trip runs."""
+    url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    return psycopg.connect(url)
+
+
+def in_background(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """``call()`` in a thread of its own, started: the thread, and the list its result is
+    appended to once it returns."""
+    results: list[Any] = []
+    thread = threading.Thread(target=lambda: results.append(call()))
+    thread.start()
+    return thread, results
+
+
+def first_open_question(engine: Engine, project_id: int, passing_over: list[int]) -> int | None:
+    """The open question of the project with the lowest id, passing over ``passing_over``:
+    the one a round trip claims next."""
+    with Session(engine) as db:
+        return db.scalar(
+            select(Question.id)
+            .where(Question.project_id == project_id, Question.is_open)
+            .where(Question.id.not_in(passing_over))
+            .order_by(Question.id)
+            .limit(1)
+        )
+
+
+def test_rows_follow_the_rules_when_answered_in_one_statement(
+    committed_project, engine, sent
+) -> None:  # type: ignore[no-untyped-def]
+    client, headers, slug = committed_project
     with Session(engine, expire_on_commit=False) as db:
         check_round_trip_rows(client, headers, db, slug)
     # Each session's last answer takes the usual way, and on PostgreSQL repeats with no
@@ -119,11 +133,11 @@ def test_rows_follow_the_rules_when_answered_in_one_statement(project, engine, s
     assert sent.count(ONE_STATEMENT) >= 30, sent
 
 
-def test_the_count_of_answers_comes_from_the_token(project, engine, sent) -> None:  # type: ignore[no-untyped-def]
+def test_the_count_of_answers_comes_from_the_token(committed_project, engine, sent) -> None:  # type: ignore[no-untyped-def]
     """A query's token carries the session's count of answers when it was issued
     (issuance.query_token): a process whose memory of the session is old (another process
     answered since) still answers in one statement; the statement checks the count."""
-    client, headers, slug = project
+    client, headers, slug = committed_project
     _study(client, headers, slug)
     session_id, session, body = _first_question(client, slug)
     stale = known_sessions._known[session_id]
@@ -153,11 +167,11 @@ def test_the_count_of_answers_comes_from_the_token(project, engine, sent) -> Non
     assert _answers_of(engine, session_id) == 4
 
 
-def test_a_lost_connection_is_answered_the_usual_way(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
+def test_a_lost_connection_is_answered_the_usual_way(committed_project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
     """The event loop's connections (app.db.loop_connections) lost, as when the database
     restarts: the answer is taken the usual way, once, and the next in one statement again
     on a new connection."""
-    client, headers, slug = project
+    client, headers, slug = committed_project
     _study(client, headers, slug)
     session_id, session, body = _first_question(client, slug)
     body = _answer_shown(client, session_id, session, body).json()["next"]
@@ -183,8 +197,8 @@ def test_a_lost_connection_is_answered_the_usual_way(project, postgres, sent) ->
     assert _answers_of(postgres, session_id) == 3
 
 
-def test_a_wrong_token_is_refused_and_changes_nothing(project, engine, sent) -> None:  # type: ignore[no-untyped-def]
-    client, headers, slug = project
+def test_a_wrong_token_is_refused_and_changes_nothing(committed_project, engine, sent) -> None:  # type: ignore[no-untyped-def]
+    client, headers, slug = committed_project
     _study(client, headers, slug)
     session_id, session, body = _first_question(client, slug)
     assert session_id in known_sessions._known
@@ -197,8 +211,8 @@ def test_a_wrong_token_is_refused_and_changes_nothing(project, engine, sent) -> 
     assert _answers_of(engine, session_id) == 1
 
 
-def test_an_answer_sent_again_is_the_same_answer(project, engine, sent) -> None:  # type: ignore[no-untyped-def]
-    client, headers, slug = project
+def test_an_answer_sent_again_is_the_same_answer(committed_project, engine, sent) -> None:  # type: ignore[no-untyped-def]
+    client, headers, slug = committed_project
     _study(client, headers, slug)
     session_id, session, body = _first_question(client, slug)
     query = body["query"]
@@ -214,8 +228,8 @@ def test_an_answer_sent_again_is_the_same_answer(project, engine, sent) -> None:
     assert _answers_of(engine, session_id) == 1
 
 
-def test_the_review_after_a_one_statement_answer_flags(project, engine, sent) -> None:  # type: ignore[no-untyped-def]
-    client, headers, slug = project
+def test_the_review_after_a_one_statement_answer_flags(committed_project, engine, sent) -> None:  # type: ignore[no-untyped-def]
+    client, headers, slug = committed_project
     _study(
         client, headers, slug, queries_per_session=12, min_answer_ms=500,
         quality={"min_answers": 5, "max_fast_share": 0.5, "max_position_bias": 1},
@@ -228,13 +242,15 @@ def test_the_review_after_a_one_statement_answer_flags(project, engine, sent) ->
     assert rows[0]["flagged"] is True and "too fast" in rows[0]["flag_reason"]
 
 
-def test_no_open_question_left_is_run_the_usual_way(project, engine, sent, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_no_open_question_left_is_run_the_usual_way(
+    committed_project, engine, sent, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     """The answer is stored in one statement, which finds no question left for the
     participant: the usual way takes the same answer again as sent twice and ends the
     session, every answer stored once. On PostgreSQL the pool filled ahead looks once,
     finds the plan has nothing more, and does not look again at every claim
     (fill_ahead.QUIET_S); SQLite fills it in the usual way's round trip."""
-    client, headers, slug = project
+    client, headers, slug = committed_project
     _study(client, headers, slug, n_objects=4, queries_per_session=40)  # 12 triplets in all
     looks = []
     top_up = fill_ahead.top_up
@@ -287,8 +303,8 @@ def test_a_question_is_given_to_a_participant_once(client, auth_headers, db: Ses
         db.add(again(is_repeat=True))
 
 
-def test_the_oldest_sessions_are_forgotten_past_the_bound(project, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    client, headers, slug = project
+def test_the_oldest_sessions_are_forgotten_past_the_bound(committed_project, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    client, headers, slug = committed_project
     _study(client, headers, slug)
     monkeypatch.setattr(known_sessions, "_known", {})
     monkeypatch.setattr(known_sessions, "MAX_KNOWN", 2)
@@ -298,10 +314,10 @@ def test_the_oldest_sessions_are_forgotten_past_the_bound(project, monkeypatch) 
     assert [s in known_sessions._known for s, _ in opened] == [False, True, True]
 
 
-def test_the_plan_is_what_must_not_change(project, engine, sent) -> None:  # type: ignore[no-untyped-def]
+def test_the_plan_is_what_must_not_change(committed_project, engine, sent) -> None:  # type: ignore[no-untyped-def]
     """A fill of the pool writes the project's row (its planner's state, ``updated_at``):
     the memory of its sessions stays good. A change of the plan makes it stale."""
-    client, headers, slug = project
+    client, headers, slug = committed_project
     _study(client, headers, slug)
     session_id, session, body = _first_question(client, slug)
 
@@ -333,10 +349,10 @@ def test_the_plan_is_what_must_not_change(project, engine, sent) -> None:  # typ
     assert _answers_of(engine, session_id) == 3
 
 
-def test_the_pool_is_filled_before_it_runs_dry(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
+def test_the_pool_is_filled_before_it_runs_dry(committed_project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
     """app.services.fill_ahead: a batch is added in the background while questions are
     left, so no round trip finds the pool empty and takes the usual way to fill it."""
-    client, headers, slug = project
+    client, headers, slug = committed_project
     _study(client, headers, slug, n_objects=100, queries_per_session=300)
     session_id, session, body = _first_question(client, slug)
     filler = fill_ahead.filler(postgres)
@@ -352,32 +368,24 @@ def test_the_pool_is_filled_before_it_runs_dry(project, postgres, sent) -> None:
     assert created == POOL_BATCH + fill_ahead.BATCH  # the first fill's, one ahead, no more
 
 
-def test_the_answered_question_is_held_before_an_open_one(project, postgres, sent) -> None:  # type: ignore[no-untyped-def]
+def test_the_answered_question_is_held_before_an_open_one(
+    committed_project, postgres, sent
+) -> None:  # type: ignore[no-untyped-def]
     """The answer's statement counts the question answered before it claims the next open
     one: while another transaction holds the answered question, the statement waits without
     holding an open question, so that transaction, claiming it next, does not wait for the
     statement (the two waited for each other, until PostgreSQL's deadlock check ended one
     after 1 s). Redundancy 3: an answered question stays open."""
-    client, headers, slug = project
+    client, headers, slug = committed_project
     _study(client, headers, slug, redundancy=3)
     session_id, session, body = _first_question(client, slug)
     with Session(postgres) as db:
         answered = db.scalar(select(Query.question_id).where(Query.session_id == session_id))
         project_id = db.scalar(select(Project.id).where(Project.slug == slug))
-        first_open = db.scalar(
-            select(Question.id)
-            .where(Question.project_id == project_id, Question.is_open, Question.id != answered)
-            .order_by(Question.id)
-            .limit(1)
-        )
-    url = postgres.url.set(drivername="postgresql").render_as_string(hide_password=False)
-    replies: list[Any] = []
-    with psycopg.connect(url) as other:
+    first_open = first_open_question(postgres, project_id, [answered])
+    with other_connection(postgres) as other:
         other.execute("SELECT 1 FROM questions WHERE id = %s FOR NO KEY UPDATE", [answered])
-        answering = threading.Thread(
-            target=lambda: replies.append(_answer_shown(client, session_id, session, body))
-        )
-        answering.start()
+        answering, replies = in_background(lambda: _answer_shown(client, session_id, session, body))
         time.sleep(0.5)  # the statement is waiting for the answered question
         claimed = other.execute(
             "SELECT id FROM questions WHERE id = %s FOR NO KEY UPDATE NOWAIT", [first_open]
