@@ -86,6 +86,14 @@ class Settings(BaseSettings):
         description="How long an issued question is reserved for its worker before it may be "
         "re-issued to someone else.",
     )
+    queue_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="Longest a request waits for its turn at the database in a server "
+        "process (worker routes) or for a database session (other routes) before it gets "
+        "503 with Retry-After: under a burst (a study's launch) requests wait in line on "
+        "the event loop, holding no connection, and are refused cleanly past this.",
+    )
     job_workers: int = Field(
         default=1, description="Size of the process pool that runs training jobs."
     )

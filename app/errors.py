@@ -6,6 +6,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 
@@ -53,6 +54,24 @@ class TooManyRequests(AppError):
         self.retry_after = max(1, retry_after)
 
 
+class ServiceUnavailable(AppError):
+    """The server is too busy to take this request now (nothing was changed);
+    ``Retry-After`` says how many seconds to wait."""
+
+    status_code = 503
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(detail)
+        self.retry_after = max(1, retry_after)
+
+
+class ClientGone(AppError):
+    """The client closed its connection before its request's work began: the work is
+    skipped (no one would get its result). 499, as nginx logs it; nobody receives it."""
+
+    status_code = 499
+
+
 def _describe_validation_error(error: dict) -> str:
     location = ".".join(str(part) for part in error.get("loc", ()) if part != "body")
     message = error.get("msg", "invalid value")
@@ -65,7 +84,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AppError)
     async def handle_app_error(request: Request, exc: AppError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
-        if isinstance(exc, TooManyRequests):
+        if isinstance(exc, TooManyRequests | ServiceUnavailable):
             headers = {"Retry-After": str(exc.retry_after)}
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
 
@@ -90,6 +109,16 @@ def install_error_handlers(app: FastAPI) -> None:
             {"detail": "the database is busy or unavailable; nothing was changed, retry shortly"},
             status_code=503,
             headers={"Retry-After": "1"},
+        )
+
+    @app.exception_handler(PoolTimeoutError)
+    async def handle_pool_exhausted(request: Request, exc: PoolTimeoutError) -> JSONResponse:
+        # Every connection of the process's pool stayed in use for the pool's timeout: the
+        # server is overloaded, nothing was written; the request may succeed in a moment.
+        return JSONResponse(
+            {"detail": "the server is busy; nothing was changed, retry shortly"},
+            status_code=503,
+            headers={"Retry-After": "2"},
         )
 
     @app.exception_handler(StarletteHTTPException)

@@ -28,7 +28,7 @@ from app.api import (
     training,
     worker,
 )
-from app.api.edge import NoSniff, RejectNul
+from app.api.edge import ClientPresence, NoSniff, RejectNul
 from app.api.ratelimit import WorkerLimits
 from app.api.timings import RouteTimings
 from app.api.uploads import BodySizeLimit
@@ -58,7 +58,10 @@ API_ERRORS: dict[int | str, dict] = {
         "Invalid input: the summary in `detail`, the first issues in `errors`.",
         ValidationErrorBody,
     ),
-    503: _error("The database is busy or unavailable; nothing was changed, retry shortly."),
+    503: _error(
+        "The server is overloaded, or the database busy or unavailable; nothing was changed: "
+        "retry after `Retry-After` seconds."
+    ),
 }
 WORKER_ERRORS: dict[int | str, dict] = {
     **API_ERRORS,
@@ -129,7 +132,9 @@ def create_app(settings: Settings | None = None, *, freeze_heap: bool = False) -
         settings.worker_burst_address,
     )
     # The last added is outermost: RejectNul reads bodies through BodySizeLimit, and
-    # NoSniff marks every response, the 413 of BodySizeLimit too.
+    # NoSniff marks every response, the 413 of BodySizeLimit too. ClientPresence, innermost,
+    # gives routes the messages RejectNul replays.
+    app.add_middleware(ClientPresence)
     app.add_middleware(RejectNul)
     app.add_middleware(BodySizeLimit, max_bytes=int(settings.max_upload_mb * 2**20))
     app.add_middleware(RouteTimings)

@@ -2,33 +2,71 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from functools import lru_cache
 from inspect import isgeneratorfunction
 from typing import Annotated
+from weakref import WeakKeyDictionary
 
 from fastapi import Depends, Header, Path, Query, Request
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.api.edge import client_gone
+from app.api.turns import RETRY_AFTER_S
 from app.config import Settings, get_settings
 from app.db.models import ApiKey, Project
-from app.db.session import get_engine, session_factory
-from app.errors import Forbidden
+from app.db.session import REQUEST_SESSIONS, get_engine, session_factory
+from app.errors import ClientGone, Forbidden, ServiceUnavailable
 from app.schemas.common import MAX_INT32
 from app.services.auth import authenticate
 from app.services.projects import get_project
 
 
-async def get_db() -> AsyncIterator[Session]:
+async def get_db(request: Request) -> AsyncIterator[Session]:
     """A session for one request; services commit what must be kept before returning.
 
     Creating a session does no I/O (it connects on first use, in the route's thread), so
-    this dependency runs on the event loop and costs no thread hop.
+    this dependency runs on the event loop and costs no thread hop. A request first takes
+    one of :data:`app.db.session.REQUEST_SESSIONS` places, waiting on the event loop: a
+    request's session keeps its connection across the thread hops of its dependencies and
+    route, so with more requests holding sessions than the pool has connections, threads
+    waited for connections held by requests that waited for threads (a study's launch:
+    every request failed after the pool's 30 s timeout). Bounded, every request that holds
+    a session gets a connection and a thread; the others wait without either, and get 503
+    with ``Retry-After`` after ``TRIPLETLAB_QUEUE_SECONDS``.
     """
-    with _sessions(get_settings().database_url)() as session:
-        yield session
+    async with _session_place(request):
+        with _sessions(get_settings().database_url)() as session:
+            yield session
+
+
+@asynccontextmanager
+async def _session_place(request: Request) -> AsyncIterator[None]:
+    loop = asyncio.get_running_loop()
+    places = _places.get(loop)
+    if places is None:
+        places = _places[loop] = asyncio.Semaphore(REQUEST_SESSIONS)
+    wait_s = get_settings().queue_seconds
+    try:
+        await asyncio.wait_for(places.acquire(), wait_s)
+    except TimeoutError:
+        raise ServiceUnavailable(
+            f"the server is busy (no database session within {wait_s:g} s); nothing was "
+            "changed, retry shortly",
+            retry_after=RETRY_AFTER_S,
+        ) from None
+    try:
+        if await client_gone(request.scope):
+            raise ClientGone("the client closed the connection before its turn")
+        yield
+    finally:
+        places.release()
+
+
+_places: WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = WeakKeyDictionary()
 
 
 def request_session(request: Request) -> AbstractContextManager[Session]:

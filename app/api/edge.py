@@ -19,6 +19,7 @@ import json
 from typing import Any
 from urllib.parse import parse_qsl
 
+import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 NOSNIFF = (b"x-content-type-options", b"nosniff")
@@ -118,6 +119,58 @@ class RejectNul:
         except ValueError:
             return None  # malformed: the route's own parsing says so
         return find_nul(parsed, "body")
+
+
+class ClientPresence:
+    """Let a request ask whether its client is still there (:func:`client_gone`) without
+    losing a message of its body.
+
+    Starlette's ``Request.is_disconnected`` takes the next message from the server and
+    drops it unless it is a disconnect, so asked before a route reads its body it loses a
+    chunk of it. Here a message taken to look is kept and handed to the app's next
+    ``receive``.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        kept: list[Message] = []
+        gone = False
+
+        async def receive_kept() -> Message:
+            nonlocal gone
+            message = kept.pop(0) if kept else await receive()
+            gone = gone or message["type"] == "http.disconnect"
+            return message
+
+        async def look() -> bool:
+            nonlocal gone
+            if not gone:
+                message: Message = {}
+                with anyio.CancelScope() as immediately:  # only a message already there
+                    immediately.cancel()
+                    message = await receive()
+                if message:
+                    kept.append(message)
+                    gone = message["type"] == "http.disconnect"
+            return gone
+
+        scope[GONE] = look
+        await self.app(scope, receive_kept, send)
+
+
+GONE = "tripletlab.client_gone"
+
+
+async def client_gone(scope: Scope) -> bool:
+    """Whether the client of the request of ``scope`` has closed its connection (a message
+    already received says so); False outside :class:`ClientPresence`."""
+    look = scope.get(GONE)
+    return bool(look is not None and await look())
 
 
 async def _read_body(receive: Receive) -> tuple[bytes, list[Message]]:

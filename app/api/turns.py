@@ -26,8 +26,11 @@ from typing import Any, TypeVar
 from weakref import WeakKeyDictionary
 
 from anyio import to_thread
+from starlette.requests import Request
 
+from app.api.edge import client_gone
 from app.config import get_settings
+from app.errors import ClientGone, ServiceUnavailable
 from app.services import imports
 
 T = TypeVar("T")
@@ -39,35 +42,75 @@ def sqlite_database() -> bool:
 
 
 class Turns:
-    """``size`` threads of their own that run the turns, in the order they were asked for.
+    """``size`` threads of their own that run the turns, admitted in the order they were
+    asked for.
+
+    A request waits for its turn on the event loop (a semaphore of ``size`` places), not in
+    the executor's queue: while it waits it holds no thread and no database connection, it
+    can give up after ``wait_s`` (503 with ``Retry-After``: the server is overloaded, nothing
+    was done), and a request whose client has gone is skipped when its turn comes, so a
+    burst of abandoned requests (a study's launch, clients timing out) leaves no work done
+    for nobody (no session opened for a client that gave up). Once admitted, a turn's thread
+    is free at once.
 
     A plain executor, not ``anyio.to_thread``: anyio's checkpoint, capacity limiter and
     cancel scope per call were 4 % of the event loop's instructions per worker round trip
-    (callgrind). The executor's queue is the line; ``in_line`` counts the turns asked for
-    and not finished, for :func:`_workers_first`.
+    (callgrind). ``in_line`` counts the turns asked for and not finished, for
+    :func:`_workers_first`.
     """
 
     def __init__(self, size: int) -> None:
         self.executor = ThreadPoolExecutor(size, thread_name_prefix="turn")
+        self.places = asyncio.Semaphore(size)
         self.in_line = 0
 
-    async def run(self, function: Callable[..., T], *args: Any) -> T:
+    async def run(
+        self,
+        function: Callable[..., T],
+        *args: Any,
+        wait_s: float | None = None,
+        request: Request | None = None,
+    ) -> T:
+        self.in_line += 1
+        try:
+            await self._admit(wait_s)
+            try:
+                if request is not None and await client_gone(request.scope):
+                    raise ClientGone("the client closed the connection before its turn")
+                return await self._in_thread(function, *args)
+            finally:
+                self.places.release()
+        finally:
+            self.in_line -= 1
+
+    async def _admit(self, wait_s: float | None) -> None:
+        if wait_s is None:
+            await self.places.acquire()
+            return
+        try:
+            await asyncio.wait_for(self.places.acquire(), wait_s)
+        except TimeoutError:
+            raise ServiceUnavailable(
+                f"the server is busy (no turn within {wait_s:g} s); nothing was changed, "
+                "retry shortly",
+                retry_after=RETRY_AFTER_S,
+            ) from None
+
+    async def _in_thread(self, function: Callable[..., T], *args: Any) -> T:
         context = contextvars.copy_context()  # as anyio and asyncio.to_thread do
         submitted = self.executor.submit(context.run, function, *args)
         done = asyncio.wrap_future(submitted)
-        self.in_line += 1
-        done.add_done_callback(self._left)
         try:
             return await asyncio.shield(done)
         except asyncio.CancelledError:
-            # As anyio's shielded call did: a turn not started yet is dropped, a running
-            # one is waited for (it may be using the caller's database session).
+            # As anyio's shielded call did: a running turn is waited for (it may be using
+            # the caller's database session); its place is given back only then.
             if not submitted.cancel():
                 await asyncio.wait({done})
             raise
 
-    def _left(self, _done: asyncio.Future[Any]) -> None:
-        self.in_line -= 1
+
+RETRY_AFTER_S = 2  # what a request refused for want of a turn is told to wait
 
 
 _turns: WeakKeyDictionary[asyncio.AbstractEventLoop, Turns] = WeakKeyDictionary()
@@ -80,9 +123,14 @@ def _line() -> Turns:
     return _turns[loop]
 
 
-async def in_turn(function: Callable[..., T], *args: Any) -> T:
-    """``function(*args)`` in a worker thread, in its turn."""
-    return await _line().run(function, *args)
+async def in_turn(function: Callable[..., T], *args: Any, request: Request | None = None) -> T:
+    """``function(*args)`` in a worker thread, in its turn. With the ``request`` it serves:
+    503 if the turn does not come within ``TRIPLETLAB_QUEUE_SECONDS``, and nothing done if
+    its client has gone by then (:class:`Turns`)."""
+    if request is None:
+        return await _line().run(function, *args)
+    wait_s = get_settings().queue_seconds
+    return await _line().run(function, *args, wait_s=wait_s, request=request)
 
 
 async def _workers_first() -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 from weakref import WeakKeyDictionary
 
-from fastapi import APIRouter, Depends, Request, Response, status
+from fastapi import APIRouter, Depends, Path, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import select
@@ -124,15 +124,32 @@ def read_public_project(project: ProjectDep) -> PublicProject:
 
 
 @router.post("/{slug}/sessions", status_code=status.HTTP_201_CREATED, response_model=SessionOpened)
-def create_session(project: ProjectDep, data: SessionCreate, db: SessionDep) -> SessionOpened:
-    """Open (or resume) the session of the participant named by the platform parameters."""
+async def create_session(
+    slug: Annotated[str, Path(max_length=64)], data: SessionCreate, request: Request
+) -> Response:
+    """Open (or resume) the session of the participant named by the platform parameters.
+
+    The whole open is one function in one turn (:func:`app.api.turns.in_turn`): at a study's
+    launch, hundreds of these arrive at once, and they wait on the event loop for their
+    turn, holding no connection, rather than in threads that hold one (see ``get_db``); a
+    request whose client gave up while it waited opens nothing.
+    """
     identity = sessions.identify(data.model_dump(exclude_none=True, exclude={"simulated"}))
-    plan = project_plan(project)
-    total = plan.queries_per_session if plan else 0
     source = "simulated" if data.simulated else "crowd"
-    work, token = sessions.open_session(db, project, identity, total, source)
+    with request_session(request) as db:
+        opened = await in_turn(_open_session, db, slug, identity, source, request=request)
+    return _json(opened, status.HTTP_201_CREATED)
+
+
+def _open_session(
+    db: Session, slug: str, identity: sessions.Identity, source: str
+) -> SessionOpened:
+    opened = sessions.open_session(db, slug, identity, source)
     return SessionOpened(
-        session_id=work.id, session_token=token, total=work.total, answered=work.answered
+        session_id=opened.session_id,
+        session_token=opened.token,
+        total=opened.total,
+        answered=opened.answered,
     )
 
 

@@ -19,13 +19,19 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.db.driver import run_text
 
 IDLE_PING_S = 10.0  # a pooled connection unused this long is checked before it is lent
+# Connections an engine keeps, and may open beyond them. Requests with a session of their own
+# take at most REQUEST_SESSIONS of them at once (app.api.deps.get_db); the rest serve the
+# worker routes' turns (app.api.turns), the pool's fill ahead and the job runner's threads.
+POOL_SIZE = 10
+MAX_OVERFLOW = 20
+REQUEST_SESSIONS = POOL_SIZE
 
 
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite gets WAL, foreign keys and real transactions."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        engine = create_engine(url, pool_size=10, max_overflow=20)
+        engine = create_engine(url, pool_size=POOL_SIZE, max_overflow=MAX_OVERFLOW)
         _ping_when_idle(engine)
         return engine
 
@@ -37,6 +43,8 @@ def make_engine(url: str) -> Engine:
     engine = create_engine(
         url,
         connect_args={"check_same_thread": False, "timeout": 30, "factory": WriterLockedConnection},
+        pool_size=POOL_SIZE,
+        max_overflow=MAX_OVERFLOW,
     )
 
     @event.listens_for(engine, "connect")

@@ -187,9 +187,14 @@
       } catch (_) {
         data = {};
       }
-      return { status: response.status, data: data || {} };
+      const retryAfter = Number.parseInt(response.headers.get("Retry-After") || "", 10);
+      return {
+        status: response.status,
+        data: data || {},
+        retryAfterMs: Number.isFinite(retryAfter) ? retryAfter * 1000 : 0,
+      };
     } catch (_) {
-      return { status: 0, data: {} }; // offline, refused, reset, timed out
+      return { status: 0, data: {}, retryAfterMs: 0 }; // offline, refused, reset, timed out
     } finally {
       window.clearTimeout(timer);
     }
@@ -207,8 +212,16 @@
       }
       failed = true;
       const kept = what ? ` ${what}` : "";
-      setStatus(`Connection lost — retrying…${kept}`, "warn");
-      await sleep(delay);
+      // 503 and 429 come from a server that is up but busy (a study's launch): it says when
+      // to come back (Retry-After), and the worker is told they are waiting, not offline.
+      const busy = result.status === 503 || result.status === 429;
+      const wait = Math.max(delay, result.retryAfterMs);
+      if (busy) {
+        setStatus(`Many people are starting right now — retrying in ${Math.ceil(wait / 1000)} s…${kept}`, "warn");
+      } else {
+        setStatus(`Connection lost — retrying…${kept}`, "warn");
+      }
+      await sleep(wait);
       delay = Math.min(delay * 2, BACKOFF_MAX_MS);
     }
   }

@@ -1,0 +1,85 @@
+"""A study's launch: 200 participants open their sessions at once on a real `tripletlab
+serve`, then each answers 3 questions. Every open gets a 201 or a JSON 503 with
+`Retry-After` (never a 500 or a plain-text error), every 201 names a stored session and no
+session is stored for an open that got none, and every acknowledged answer is stored.
+(The full-size run, 1,000 opens on PostgreSQL and 500 on SQLite with latencies, is
+`bench/launch_burst.py`.)"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from app.db.session import make_engine
+from tests.servers import Server, database_url
+
+pytestmark = pytest.mark.slow
+PARTICIPANTS = 200
+ANSWERS = 3
+
+
+async def participant(client: httpx.AsyncClient, i: int, go: asyncio.Event) -> dict:
+    await go.wait()
+    opened = await client.post("/api/w/launch/sessions", json={"participant": f"p{i}"})
+    result: dict = {"status": opened.status_code, "headers": opened.headers, "answers": 0}
+    result["json"] = opened.headers.get("content-type", "").startswith("application/json")
+    if opened.status_code != 201:
+        return result
+    body = opened.json()
+    result["session_id"] = body["session_id"]
+    auth = {"Authorization": f"Bearer {body['session_token']}"}
+    path = f"/api/w/sessions/{body['session_id']}"
+    shown = (await client.get(f"{path}/next", headers=auth)).json()
+    for _ in range(ANSWERS):
+        query = shown["query"]
+        answer = {"token": query["token"], "choice": query["objects"][1]["index"]}
+        reply = await client.post(f"{path}/answers", json=answer, headers=auth)
+        assert reply.status_code == 201, reply.text
+        result["answers"] += 1
+        shown = reply.json()["next"]
+    return result
+
+
+async def burst(base: str) -> list[dict]:
+    limits = httpx.Limits(max_connections=PARTICIPANTS)
+    async with httpx.AsyncClient(base_url=base, timeout=120, limits=limits) as client:
+        go = asyncio.Event()
+        tasks = [asyncio.create_task(participant(client, i, go)) for i in range(PARTICIPANTS)]
+        await asyncio.sleep(0.2)
+        go.set()
+        return await asyncio.gather(*tasks)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_launch_burst(kind: str, tmp_path: Path):
+    url = database_url(kind, tmp_path, "burst")
+    server = Server(url, tmp_path / "data").start()
+    try:
+        headers = {"Authorization": f"Bearer {server.admin_key()}"}
+        with httpx.Client(base_url=server.base, timeout=60, headers=headers) as client:
+            assert client.post("/api/projects", json={"slug": "launch", "name": "L"}).is_success
+            objects = [{"name": f"o{i}"} for i in range(300)]
+            assert client.post("/api/projects/launch/objects", json=objects).is_success
+            plan = {"strategies": [{"kind": "random"}], "queries_per_session": 40}
+            assert client.put("/api/projects/launch/plan", json=plan).is_success
+        results = asyncio.run(burst(server.base))
+    finally:
+        server.stop()
+    refused = [r for r in results if r["status"] != 201]
+    assert all(r["status"] == 503 and r["json"] for r in refused), {r["status"] for r in refused}
+    assert all("retry-after" in r["headers"] for r in refused)
+    opened = {r["session_id"] for r in results if r["status"] == 201}
+    assert opened, "no session was opened"
+    engine = make_engine(url)
+    try:
+        with engine.connect() as connection:
+            stored = {row[0] for row in connection.execute(text("SELECT id FROM sessions"))}
+            answers = connection.execute(text("SELECT count(*) FROM answers")).scalar_one()
+    finally:
+        engine.dispose()
+    assert stored == opened  # no session for an open that got no 201
+    assert answers == sum(r["answers"] for r in results) == ANSWERS * len(opened)
