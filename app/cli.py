@@ -365,7 +365,7 @@ def serve(
     import uvicorn
 
     from app.db.migrate import upgrade
-    from app.http_protocol import OneWriteHttpToolsProtocol
+    from app.internals import http_protocol
     from app.services.auth import ensure_admin_key
     from app.services.demo import DEMO_SLUG, create_demo
     from app.supervisor import PortInUse, serve_processes
@@ -393,7 +393,7 @@ def serve(
         "port": port,
         "log_level": "warning",
         "access_log": False,  # hidden at "warning" anyway, but each line was still formatted
-        "http": OneWriteHttpToolsProtocol,  # a response in one write (app.http_protocol)
+        "http": http_protocol(),  # a response in one write (app.internals)
         "proxy_headers": True,
         "forwarded_allow_ips": settings.forwarded_allow_ips,
     }

@@ -138,6 +138,30 @@ class Settings(BaseSettings):
     worker_burst_address: int = Field(
         default=400, ge=1, description="Worker API requests one client address may send at once."
     )
+    claim_with_answer: bool = Field(
+        default=True,
+        description="The answer's own statement claims the session's next question from the "
+        "pool (the fast path). False sends every next question through the slow path "
+        "(`GET …/next`'s): for tests that compare the two (tests/api/test_round_trip_paths.py).",
+    )
+    fill_ahead: bool = Field(
+        default=True,
+        description="Each server process fills the pool ahead of the workers in a thread of "
+        "its own (app/services/pool.py). False: only a request that finds the pool empty "
+        "fills it (tests that need fills at fixed points).",
+    )
+    private_cursor: bool = Field(
+        default=True,
+        description="Run the worker round trip's statements on the driver's cursor through "
+        "SQLAlchemy's private `Connection._cursor_execute` (app/internals.py: several times "
+        "cheaper per statement); false: only public SQLAlchemy APIs (`Connection.execute`).",
+    )
+    one_write: bool = Field(
+        default=True,
+        description="Serve with uvicorn's httptools protocol writing each response in one "
+        "system call (app/internals.py; it subclasses uvicorn's internal protocol); false: "
+        "uvicorn's stock protocol.",
+    )
     demo: bool = Field(
         default=True,
         description="Create the digits demo project on `tripletlab serve` if it does not exist.",

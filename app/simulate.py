@@ -25,7 +25,6 @@ import httpx
 import numpy as np
 
 from app.learning.triplets import make_oracle
-from app.services.issuance import WAITING_MESSAGE
 
 WAIT_S = 0.2  # pause before asking again when the study waits for other workers' answers
 MAX_WAITS = 50  # consecutive waits before a simulated worker gives up
@@ -178,13 +177,16 @@ def simulate(
                             result.errors.append(fetched.text)
                             return
                         nxt = fetched.json()
+                    if nxt.get("wait"):
+                        give_back()
+                        if waits >= MAX_WAITS:
+                            return
+                        waits += 1  # the next questions wait for answers given now
+                        time.sleep(min(WAIT_S, nxt.get("retry_after") or WAIT_S))
+                        nxt = None  # ask again
+                        continue
                     if nxt.get("done"):
                         give_back()
-                        if nxt.get("message") == WAITING_MESSAGE and waits < MAX_WAITS:
-                            waits += 1  # comprf: the next questions wait for other answers
-                            time.sleep(WAIT_S)
-                            nxt = None  # ask again
-                            continue
                         if nxt.get("completion_code") is None:
                             return  # the study has nothing more to ask
                         break

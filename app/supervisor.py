@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from uvicorn.config import STARTUP_FAILURE
+
+from app.internals import STARTUP_FAILURE
 
 logger = logging.getLogger("uvicorn.error")
 

@@ -1,5 +1,5 @@
 """A response in one write or two: uvicorn's httptools protocol against ours
-(``app.http_protocol``), side by side, on the bare FastAPI app of the throughput benchmark.
+(``app.internals``), side by side, on the bare FastAPI app of the throughput benchmark.
 
 Each round starts the bare app under uvicorn with one protocol, then the other, and sends
 ``--requests`` POSTs from ``--workers`` keep-alive connections (raw asyncio, no think time);
@@ -27,7 +27,7 @@ from worker_throughput import BARE_APP, wait_for
 
 SERVE = """
 import sys, uvicorn
-from app.http_protocol import OneWriteHttpToolsProtocol
+from app.internals import OneWriteHttpToolsProtocol
 http = OneWriteHttpToolsProtocol if sys.argv[2] == "one" else "httptools"
 uvicorn.run("bare_app:app", port=int(sys.argv[1]), log_level="warning", access_log=False,
             http=http)
@@ -103,7 +103,7 @@ def main() -> None:
         f" {args.requests} POSTs in all"
     )
     print(f"{'protocol':<34} {'requests/s':>11} {'server CPU':>11} {'writes':>7}")
-    names = {"two": "uvicorn httptools (two writes)", "one": "app.http_protocol (one write)"}
+    names = {"two": "uvicorn httptools (two writes)", "one": "app.internals (one write)"}
     for _ in range(args.rounds):
         for protocol in ("two", "one"):
             rate, cpu_ms, writes = measure(protocol, args.routes, args.workers, args.requests)

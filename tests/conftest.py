@@ -81,16 +81,30 @@ def engine(
 
 @pytest.fixture
 def db(engine: Engine) -> Iterator[Session]:
-    """A session whose every commit is rolled back at the end of the test."""
-    connection = engine.connect()
-    transaction = connection.begin()
-    session = Session(
-        bind=connection, join_transaction_mode="create_savepoint", expire_on_commit=False
-    )
+    """A session on the test database; what it and the test's requests commit is real, and
+    every table is emptied at the end of the test."""
+    session = Session(bind=engine, expire_on_commit=False)
     yield session
     session.close()
-    transaction.rollback()
-    connection.close()
+    empty_database(engine)
+
+
+def empty_database(engine: Engine) -> None:
+    """Every table of the test database emptied (ids go on, as in production), and what
+    this process keeps of its projects forgotten."""
+    from app.db.models import Base
+    from app.services import comprf, pool, round_trip
+
+    pool.producer(engine).wait()  # a fill ahead still running writes nothing afterwards
+    round_trip.forget()
+    comprf.forget()
+    tables = [table.name for table in reversed(Base.metadata.sorted_tables)]
+    with engine.begin() as connection:
+        if engine.dialect.name == "postgresql":
+            connection.execute(text(f"TRUNCATE {', '.join(tables)} CASCADE"))
+        else:
+            for table in tables:
+                connection.execute(text(f'DELETE FROM "{table}"'))
 
 
 @pytest.fixture(scope="session")
@@ -99,8 +113,16 @@ def app():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def client(app, db: Session) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
-    app.dependency_overrides[get_db] = lambda: db
+def client(app, db: Session, engine: Engine) -> Iterator[TestClient]:  # type: ignore[no-untyped-def]
+    """A client of the app on the test database: each request has its own session, which
+    commits for real, as on a server (the production path, the event loop's own
+    connections on PostgreSQL included)."""
+
+    def real_session() -> Iterator[Session]:
+        with Session(engine, expire_on_commit=False) as session:
+            yield session
+
+    app.dependency_overrides[get_db] = real_session
     with TestClient(app) as test_client:
         yield test_client
     app.dependency_overrides.clear()

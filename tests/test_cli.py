@@ -225,7 +225,7 @@ def test_demo_plan_is_runnable(env):
     from app.db.models import Project
     from app.db.session import make_engine, session_factory
     from app.services.demo import DEMO_SLUG
-    from app.services.issuance import planner_for
+    from app.services.pool import planner_for
 
     run(env, "db", "upgrade")
     run(env, "demo")

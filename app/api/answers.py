@@ -14,6 +14,7 @@ from app.api.uploads import read_upload, upload_body
 from app.schemas.answers import AnswersImport, AnswersImported
 from app.services import answers as service
 from app.services import upload_parsing
+from app.services.pool import answers_arrived
 
 router = APIRouter(prefix="/api/projects/{slug}/answers", tags=["answers"])
 
@@ -40,6 +41,7 @@ async def import_answers(
     # Stored a chunk per transaction, each in its turn with the workers' requests, and
     # hidden until the last.
     n_triplets, n_pairs = await run_import(service.import_answers(db, project, triplets, pairs))
+    answers_arrived(db.get_bind(), project.id, project.plan)  # type: ignore[arg-type]
     return AnswersImported(triplets=n_triplets, pairs=n_pairs)
 
 

@@ -36,7 +36,7 @@ from app.services import answers as answer_service
 from app.services import charts, quality, signin
 from app.services import dashboard as figures
 from app.services.auth import ROLES, create_key, list_keys, revoke_key
-from app.services.issuance import check_plan
+from app.services.pool import check_plan
 from app.services.projects import get_project, list_projects
 from app.training import jobs as job_service
 from app.training.kinds import KINDS

@@ -10,7 +10,7 @@ from app.api.deps import OwnedProject, SessionDep, SettingsDep
 from app.errors import NotFound
 from app.schemas.plans import Plan, WorkerLinks
 from app.services.comprf import forget_forests, initial_plan_state, plan_progress
-from app.services.issuance import check_plan, discard_unasked
+from app.services.pool import check_plan, discard_unasked
 from app.services.projects import lock_project
 
 router = APIRouter(prefix="/api/projects/{slug}", tags=["plans"])

@@ -10,7 +10,7 @@ plan while the table grows, until autovacuum analyses it, up to a minute later
 the answer's statement read 3,500 buffers (1.3 ms) per run instead of about 100, counting
 a repeat's candidates took 30 ms, and one round trip in 40 took 80-155 ms, growing with the
 tables. So after a fill of the pool (one round trip in 32,
-:func:`app.services.issuance.fill_pool_alone`) the app analyses those tables whose rows
+:func:`app.services.pool.fill_alone`) the app analyses those tables whose rows
 changed more than they had rows when last analysed, as autovacuum would later on (it does
 at a tenth): while a table grows its statistics are refreshed each time it doubles, and
 once autovacuum keeps up this finds nothing to do. Analysing a table invalidates the plans

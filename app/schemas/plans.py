@@ -68,6 +68,13 @@ class Plan(BaseModel):
         default=0.05, ge=0, le=0.5, description="Share of questions re-asked mirrored."
     )
     min_answer_ms: int = Field(default=0, ge=0, le=600_000)
+    max_object_views: int | None = Field(
+        default=None,
+        ge=1,
+        le=10**6,
+        description="Most times one participant is shown the same object (in any question, "
+        "repeats included); null: no cap.",
+    )
     completion: Completion = Field(default_factory=Completion)
     quality: QualityThresholds = Field(default_factory=QualityThresholds)
     seed: int = Field(default=0, ge=0, lt=2**31)

@@ -74,6 +74,12 @@ class MTurkSubmit(BaseModel):
 class NextQuery(BaseModel):
     query: ShownQuery | None = None
     done: bool = False
+    wait: bool = Field(
+        default=False,
+        description="Nothing to ask right now, but the study goes on (its next questions "
+        "wait for answers others are giving): ask again after `retry_after` seconds.",
+    )
+    retry_after: int | None = None
     completion_code: str | None = None
     redirect_url: str | None = None
     message: str | None = None
@@ -83,7 +89,7 @@ class NextQuery(BaseModel):
 class AnswerCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    # A token is what issuance.query_token makes (digits, a dot, URL-safe base64): one with
+    # A token is what rules.query_token makes (digits, dots, URL-safe base64): one with
     # another character cannot name a query (a NUL byte, say, which PostgreSQL's text refuses).
     token: str = Field(min_length=1, max_length=64, pattern=r"^[0-9A-Za-z._-]+$")
     choice: Int32

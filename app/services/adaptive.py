@@ -28,7 +28,7 @@ from app.db.models import Answer, Job, Model, Project, utcnow
 from app.errors import AppError
 from app.schemas.plans import Plan
 from app.services.imports import visible_answers
-from app.services.issuance import discard_unasked, planner_for
+from app.services.pool import discard_unasked, planner_for
 from app.services.projects import lock_project
 from app.training.jobs import ACTIVE, create_job
 

@@ -1,15 +1,21 @@
 """The glue of crowd-built comparison forests: their stored state, kept current from answers.
 
 A comprf strategy's forest (:mod:`app.active.comprf`) is derived data: the plan fixes its
-parameters and object snapshot (in ``project.plan_state``), and the answers build it.
-The forest is stored in ``strategy_states`` with the answers it has applied, advanced
-under the project's lock when questions are issued, and rebuilt by replaying every
-answer whenever the row is missing.
+parameters and object snapshot (in ``project.plan_state``), and the answers build it. It
+is a producer of the project's pool (``app.services.pool``): after answers are stored, a
+server process's producer thread advances the forest from the new answers, under the
+project's hold, and adds the questions its open nodes wait for to the pool, each with the
+places it still needs; a worker's request never touches the forest. The process keeps the
+forest it advanced in memory (a pass reads only the answers since), and stores it in
+``strategy_states`` every :data:`SAVE_EVERY_S` seconds with the answers it has applied; it is
+rebuilt by replaying every answer whenever the row is missing.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -25,7 +31,9 @@ from app.services.imports import visible_answers, visible_objects
 
 KIND = "comprf"
 RECENT_SECONDS = 30.0  # answers are read again for this long: they may commit out of id order
-QUEUE_SIZE = 100  # pending questions handed to the planner per issue
+QUEUE_SIZE = 512  # pending questions handed to the planner per fill
+EXTRA_VOTES = 16  # questions given an extra place at once when nothing else can be asked
+SAVE_EVERY_S = 2.0  # the forest in memory is stored at most this often
 _CHUNK = 400
 
 _answers = Answer.__table__
@@ -115,6 +123,33 @@ def _setup(
     return setup
 
 
+@dataclass
+class _Kept:
+    """A forest this process advanced: the answers it applied (``floor``, ``recent``) and
+    the stored row's ``updated_at`` it started from or last wrote (another process's write
+    since means it is read again)."""
+
+    forest: Forest
+    floor: int
+    recent: set[int]
+    stored_at: Any
+    saved: float
+
+
+_kept: dict[tuple[int, Any, int], _Kept] = {}
+
+
+def forget() -> None:
+    """Forget the forests kept in memory (tests that empty the database)."""
+    _kept.clear()
+
+
+_STORED_AT = select(StrategyState.updated_at).where(
+    StrategyState.project_id == bindparam("project"),
+    StrategyState.position == bindparam("position"),
+)
+
+
 def current_forest(
     db: Session,
     project: Project,
@@ -124,10 +159,50 @@ def current_forest(
     *,
     save: bool,
 ) -> Forest:
-    """The strategy's forest with every committed answer applied; stored when ``save``.
+    """The strategy's forest with every committed answer applied; stored when ``save`` (at
+    most every :data:`SAVE_EVERY_S` seconds).
 
     Without a stored row (or one of another plan) the forest is replayed from all answers.
     """
+    key = (project.id, project.created_at, position)  # an id SQLite reuses is another project
+    stored_at = db.scalar(_STORED_AT, {"project": project.id, "position": position})
+    kept = _kept.get(key)
+    if (
+        kept is None
+        or kept.stored_at != stored_at
+        or kept.forest.params != strategy.forest_params
+        or kept.forest.setup != setup
+    ):
+        kept = _load(db, project, strategy, position, setup, stored_at)
+    forest = kept.forest
+    now = utcnow()
+    rows = db.execute(_NEW_ANSWERS, {"project": project.id, "floor": kept.floor}).all()
+    fresh = [(r.id, r.a, r.b, r.c) for r in rows if r.id not in kept.recent]
+    old_n_objects = sum(len(r) for r in forest.routed)
+    forest.add_objects(project.n_objects)
+    if fresh or old_n_objects != sum(len(r) for r in forest.routed):
+        forest.add_votes(fresh)
+        forest.resolve()
+    cutoff = now - timedelta(seconds=RECENT_SECONDS)
+    settled = [r.id for r in rows if r.created_at < cutoff]
+    kept.floor = max([kept.floor, *settled])
+    kept.recent = {r.id for r in rows if r.id > kept.floor}
+    if save and time.monotonic() - kept.saved >= SAVE_EVERY_S:
+        kept.stored_at = _store(db, project, position, kept, now)
+        kept.saved = time.monotonic()
+    _kept[key] = kept
+    return forest
+
+
+def _load(
+    db: Session,
+    project: Project,
+    strategy: ComparisonForestStrategy,
+    position: int,
+    setup: dict[str, Any],
+    stored_at: Any,
+) -> _Kept:
+    """The stored forest (or a new one, if none fits), and the answers it applied."""
     row = db.get(StrategyState, (project.id, position))
     forest = None
     if row is not None:
@@ -139,63 +214,54 @@ def current_forest(
             forest.params != strategy.forest_params or forest.setup != setup
         ):
             forest = None
-    floor, recent = (row.floor_id, set(row.recent)) if forest is not None and row else (0, set())
-    rebuilt = forest is None
-    if forest is None:
-        forest = Forest.new(strategy.forest_params, setup)
-    now = utcnow()
-    rows = db.execute(_NEW_ANSWERS, {"project": project.id, "floor": floor}).all()
-    fresh = [(r.id, r.a, r.b, r.c) for r in rows if r.id not in recent]
-    old_n_objects = sum(len(r) for r in forest.routed)
-    forest.add_objects(project.n_objects)
-    changed = bool(fresh) or rebuilt or old_n_objects != sum(len(r) for r in forest.routed)
-    if changed:
-        forest.add_votes(fresh)
-        forest.resolve()
-    cutoff = now - timedelta(seconds=RECENT_SECONDS)
-    settled = [r.id for r in rows if r.created_at < cutoff]
-    new_floor = max([floor, *settled])
-    new_recent = sorted(r.id for r in rows if r.id > new_floor)
-    if save and (changed or new_floor != floor):
-        values = {
-            "kind": KIND,
-            "state": forest.to_dict(),
-            "floor_id": new_floor,
-            "recent": new_recent,
-            "updated_at": now,
-        }
-        if row is None:
-            db.add(StrategyState(project_id=project.id, position=position, **values))
-        else:
-            for name, value in values.items():
-                setattr(row, name, value)
-        db.flush()
-    return forest
+    if forest is None or row is None:
+        return _Kept(Forest.new(strategy.forest_params, setup), 0, set(), stored_at, 0.0)
+    return _Kept(forest, row.floor_id, set(row.recent), stored_at, time.monotonic())
 
 
-def prepared_planner(db: Session, project: Project, plan: Plan) -> Planner | None:
-    """The plan's planner with its comprf strategies brought up to date (under the project's
-    lock, before a question is issued); None, at no cost, for plans without one."""
-    if not comprf_positions(plan):
-        return None
+def _store(db: Session, project: Project, position: int, kept: _Kept, now: Any) -> Any:
+    values = {
+        "kind": KIND,
+        "state": kept.forest.to_dict(),
+        "floor_id": kept.floor,
+        "recent": sorted(kept.recent),
+        "updated_at": now,
+    }
+    row = db.get(StrategyState, (project.id, position))
+    if row is None:
+        db.add(StrategyState(project_id=project.id, position=position, **values))
+    else:
+        for name, value in values.items():
+            setattr(row, name, value)
+    db.flush()
+    return now
+
+
+def advance_forests(db: Session, project: Project) -> None:
+    """Bring the forests of the project's comprf strategies up to date from its answers, in
+    this process's memory, without writing (the next :func:`prepare_strategies` has only the
+    answers since to apply)."""
+    if not project.plan:
+        return
+    plan = Plan.model_validate(project.plan)
     planner = _planner(project, plan)
-    prepare_strategies(db, project, planner, project.plan_state or planner.initial_state())
-    return planner
-
-
-def waiting_for_answers(planner: Planner | None) -> bool:
-    """Whether a comprf strategy's next questions wait for answers being given now."""
-    return planner is not None and any(
-        isinstance(p.strategy, ComparisonForestStrategy) and p.strategy.n_pending > 0
-        for p in planner.planned
-    )
+    state = project.plan_state or planner.initial_state()
+    for position in comprf_positions(plan):
+        strategy = planner.planned[position].strategy
+        assert isinstance(strategy, ComparisonForestStrategy)
+        setup = state["strategies"][position]
+        if "n_objects" in setup:
+            current_forest(db, project, strategy, position, setup, save=False)
 
 
 def prepare_strategies(
     db: Session, project: Project, planner: Planner, state: dict[str, Any]
-) -> None:
+) -> bool:
     """Bring each comprf strategy of ``planner`` up to date and give it the questions to
-    propose. Called under the project's lock, before the planner proposes."""
+    propose (under the project's hold, before the planner proposes). Whether a tree is
+    unfinished: it waits for answers, and will have new questions once they come (a worker
+    who has seen every question it asks now may have one of those)."""
+    waiting = False
     for position, planned in enumerate(planner.planned):
         strategy = planned.strategy
         if not isinstance(strategy, ComparisonForestStrategy):
@@ -204,7 +270,10 @@ def prepare_strategies(
         forest = current_forest(db, project, strategy, position, setup, save=True)
         pending = forest.pending()
         _close_decided(db, project, position, pending)
-        strategy.attach(forest, _askable(db, project, forest, pending), len(pending))
+        askable = _askable(db, project, forest, pending)
+        strategy.attach(forest, askable, len(pending))
+        waiting = waiting or bool(pending)
+    return waiting
 
 
 def _close_decided(
@@ -294,7 +363,35 @@ def _askable(
                     chosen.append(row)
             if len(chosen) >= QUEUE_SIZE:
                 return chosen
+    if not chosen and pending:
+        _extra_votes(db, project, forest, pending)
     return chosen
+
+
+def _extra_votes(
+    db: Session,
+    project: Project,
+    forest: Forest,
+    pending: Sequence[tuple[int, int, str, int, int, int, int]],
+) -> None:
+    """Every question the trees wait for is out with someone: give the
+    :data:`EXTRA_VOTES` whose votes so far are the most split (the narrowest margin) one
+    more place, so a worker who asks now has something worth answering rather than a wait."""
+
+    def margin(row: tuple[int, int, str, int, int, int, int]) -> tuple[int, int]:
+        votes = forest.votes.get(question_key(*row[3:6]), ())
+        low = sum(1 for v in votes if v > 0)
+        return abs(2 * low - len(votes)), row[0]
+
+    keys = [
+        f"t:{row[3]}:{min(row[4], row[5])}:{max(row[4], row[5])}"
+        for row in sorted(pending, key=margin)[:EXTRA_VOTES]
+    ]
+    db.execute(
+        update(Question)
+        .where(Question.project_id == project.id, Question.key.in_(keys), ~Question.is_open)
+        .values(wanted=Question.wanted + 1, is_open=True)
+    )
 
 
 def forests(db: Session, project: Project, *, save: bool = False) -> list[tuple[int, Forest]]:

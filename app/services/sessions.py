@@ -19,8 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.config import get_settings
-from app.db import driver
-from app.db.models import Participant, Project, WorkSession
+from app.db.models import Participant, Project, WorkSession, utcnow
 from app.db.session import begin_write
 from app.errors import InvalidInput, NotFound, Unauthorized
 
@@ -211,62 +210,54 @@ def _open_session(db: Session, slug: str, identity: Identity, source: str) -> Op
     return Opened(resumed.id, token, changes.get("total", resumed.total), resumed.answered)
 
 
-def authenticate_session(db: Session, session_id: str, authorization: str | None) -> WorkSession:
-    """The session named in the path, if the bearer token is its own."""
-    token = _bearer(authorization)
-    return _check_token(db.scalar(_SESSION, {"session": session_id}), session_id, token)
-
-
-# Built once (hot path: every question and answer): Session.get builds its SELECT anew.
-_SESSION = select(WorkSession).where(WorkSession.id == bindparam("session"))
-# Every hot request starts with this (the first step of a round trip, see round_trip_sql),
-# run on the driver's cursor: the ORM's loading of two objects cost more than the statement.
-_SESSION_AND_PROJECT = f"""
-SELECT {driver.columns(WorkSession)}, {driver.columns(Project, "project__")}
-FROM sessions JOIN projects ON projects.id = sessions.project_id
-"""
-_THE_SESSION = "WHERE sessions.id = CAST(:session AS VARCHAR)\n"
-_SESSION_IN_PROJECT = _SESSION_AND_PROJECT + _THE_SESSION
-_SESSION_IN_PROJECT_READ = driver.Statement(_SESSION_IN_PROJECT)
-# PostgreSQL: the session's and its participant's rows locked as they are read (sessions
-# before participants, in every transaction that takes both: no deadlock), never the
-# project's (see round_trip_sql); a locked row is read as committed last (READ COMMITTED
-# re-reads it once the lock is granted), so both are current. The participant is held so
-# that two sessions of one participant are never given the same question.
-# SQLite: the write lock, taken when the transaction began, holds them.
-_SESSION_IN_PROJECT_HELD = driver.Statement(
-    _SESSION_AND_PROJECT
-    + "JOIN participants ON participants.id = sessions.participant_id\n"
-    + _THE_SESSION
-    + "FOR NO KEY UPDATE OF sessions, participants",
-    _SESSION_IN_PROJECT,
+_HELD_SESSION = (
+    select(
+        _sessions.c.id,
+        _sessions.c.project_id,
+        _sessions.c.participant_id,
+        _sessions.c.token_hash,
+        _sessions.c.total,
+        _sessions.c.answered,
+        _sessions.c.finished_at,
+        _sessions.c.platform_params,
+        _sessions.c.source,
+        _projects.c.plan,
+    )
+    .join(_projects, _projects.c.id == _sessions.c.project_id)
+    .join(_participants, _participants.c.id == _sessions.c.participant_id)
+    .where(_sessions.c.id == bindparam("session"))
 )
-_N_SESSION_COLUMNS = len(WorkSession.__table__.columns)
-_PROJECT_PREFIX = len("project__")
+# PostgreSQL: the session's and its participant's rows held until commit (sessions before
+# participants, as every transaction that takes both: no deadlock), so that what follows is
+# serialised per participant: two sessions of one participant are never given the same
+# question. SQLite: the write lock, taken when the transaction began, holds them.
+_HELD_SESSION_LOCKED = _HELD_SESSION.with_for_update(of=[_sessions, _participants], key_share=True)
 
 
-def authenticate_session_in_project(
-    db: Session, session_id: str, authorization: str | None, *, hold: bool = False
-) -> tuple[WorkSession, Project]:
-    """:func:`authenticate_session` and the session's project, read in one statement.
-
-    ``hold``: in a writing transaction, hold the session and its participant until commit,
-    so that what follows is serialised per participant (as issuing is): on SQLite the write
-    lock held already does it, on PostgreSQL the statement locks both rows.
-    """
+def held_session(
+    db: Session, session_id: str, authorization: str | None, *, hold: bool = True
+) -> Any:
+    """The session named in the path, with its project's plan, if the bearer token is its
+    own (401 otherwise; 404 if there is no such session); held until commit if ``hold``."""
     token = _bearer(authorization)
-    statement = _SESSION_IN_PROJECT_HELD if hold else _SESSION_IN_PROJECT_READ
-    db.flush()  # as the ORM's autoflush would: the rows read are loaded into their objects
-    connection = db.connection()
-    row = driver.first(connection, statement, {"session": session_id})
+    statement = _HELD_SESSION_LOCKED if hold else _HELD_SESSION
+    row = db.execute(statement, {"session": session_id}).first()
     if row is None:
         raise NotFound(f"no session {session_id!r}")
-    dialect = connection.dialect.name
-    values = row._asdict()
-    work_values = dict(list(values.items())[:_N_SESSION_COLUMNS])
-    project_values = {k[_PROJECT_PREFIX:]: v for k, v in values.items() if k not in work_values}
-    work = _check_token(driver.loaded(db, WorkSession, work_values, dialect), session_id, token)
-    return work, driver.loaded(db, Project, project_values, dialect)
+    if not hmac.compare_digest(row.token_hash, _hash(token)):
+        raise Unauthorized(
+            "this token does not belong to this session (it may have been resumed elsewhere)"
+        )
+    return row
+
+
+def finish(db: Session, session_id: str) -> None:
+    """End the session now (its quota reached, or the plan has nothing more for it)."""
+    db.execute(
+        update(_sessions)
+        .where(_sessions.c.id == session_id, _sessions.c.finished_at.is_(None))
+        .values(finished_at=utcnow(), completion_code_hash=session_code_hash(session_id))
+    )
 
 
 def token_hash(authorization: str | None) -> str | None:
@@ -282,16 +273,6 @@ def _bearer(authorization: str | None) -> str:
     if not authorization or not authorization.lower().startswith("bearer "):
         raise Unauthorized("send the session token as 'Authorization: Bearer <session_token>'")
     return authorization.split(" ", 1)[1].strip()
-
-
-def _check_token(work: WorkSession | None, session_id: str, token: str) -> WorkSession:
-    if work is None:
-        raise NotFound(f"no session {session_id!r}")
-    if not hmac.compare_digest(work.token_hash, _hash(token)):
-        raise Unauthorized(
-            "this token does not belong to this session (it may have been resumed elsewhere)"
-        )
-    return work
 
 
 @lru_cache
@@ -331,9 +312,3 @@ def _session_code_hash(data_dir: str, configured: str, session_id: str) -> str:
     # derived again for each answer (profiled: 2 % of a round trip's interpreter time).
     # The secret is part of the key, as it is of the code.
     return completion_code_hash(completion_code(session_id))
-
-
-def participant_of(db: Session, work: WorkSession) -> Participant:
-    participant = db.get(Participant, work.participant_id)
-    assert participant is not None  # a foreign key guarantees it
-    return participant

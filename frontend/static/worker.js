@@ -465,6 +465,7 @@
       data = result.data;
     }
     if (data.done) return showDone(data);
+    if (data.wait || !data.query) return showWait(data);
     const query = data.query;
     if (query.total) state.total = Number(query.total);
     const content = await buildQuestion(query);
@@ -582,6 +583,23 @@
         },
       );
     }
+  }
+
+  // Nothing to ask right now, but the study goes on (its next questions wait for answers
+  // others are giving): a short pause, then the page asks again by itself.
+  async function showWait(data) {
+    const seconds = Math.min(Math.max(Number(data.retry_after) || 3, 1), 60);
+    state.query = null;
+    $("loading-text").textContent =
+      data.message || "The next questions are being prepared.";
+    $("loading-detail").textContent = `The next one will appear by itself in a few seconds.`;
+    $("loading-detail").hidden = false;
+    showScreen("loading");
+    announce("Please wait a moment: the next question is being prepared.");
+    await sleep(seconds * 1000);
+    $("loading-text").textContent = "Loading…";
+    $("loading-detail").hidden = true;
+    return showNext(null);
   }
 
   function showProblem(text, action, handler) {

@@ -42,7 +42,7 @@ def add_models(db, project, kind, points, metric="heldout_triplet_accuracy", par
                 artifact=b"",
             )
         )
-    db.flush()
+    db.commit()
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -106,7 +106,7 @@ def test_only_models_of_the_latest_params_make_the_curve(client, auth_headers, p
             artifact=b"",
         )
     )  # fmt: skip
-    db.flush()
+    db.commit()
     body = client.get(
         "/api/projects/advice/advice?kind=embedding&target=0.9", headers=auth_headers
     ).json()

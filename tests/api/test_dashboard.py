@@ -178,7 +178,7 @@ def test_admin_creates_and_lists_keys_with_last_use(client, db, admin_headers):
         client.get("/api/projects", headers={"Authorization": f"Bearer {secret}"}).status_code
         == 200
     )
-    db.expire_all()
+    db.rollback()  # a new transaction: what the requests committed since
     assert db.get(ApiKey, key.id).last_used_at is not None
     bad = client.post("/dashboard/admin/keys", data={"name": "x", "role": "root", "csrf": csrf})
     assert bad.status_code == 422
@@ -225,7 +225,7 @@ def test_figures_count_in_sql_on_both_databases(client, db, researcher):
             .where(Answer.id == answer_id)
             .values(created_at=when, client_ms=client_ms)
         )
-    db.flush()
+    db.commit()
     timeline = dict(figures.answers_timeline(db, project))
     assert timeline[now.replace(second=0) - timedelta(minutes=3)] == 2
     assert timeline[now.replace(second=0)] == 4
@@ -271,7 +271,7 @@ def test_an_expired_session_is_signed_out(client, db, researcher):
 
     sign_in(client, researcher[1])
     db.execute(update(DashboardSession).values(expires_at=utcnow() - timedelta(seconds=1)))
-    db.flush()
+    db.commit()
     assert "Sign in" in client.get("/dashboard").text
 
 
@@ -361,7 +361,7 @@ def test_the_project_page_shows_the_budget_adviser(client, db, researcher):
                       n_answers=n, metrics={metric: f(n)}, training_seconds=0.1,
                       artifact=artifact if kind == "tripletboost" else b"")
             )  # fmt: skip
-    db.flush()
+    db.commit()
     sign_in(client, secret)
     page = client.get("/dashboard/projects/adv?target=0.93")
     assert page.status_code == 200, page.text

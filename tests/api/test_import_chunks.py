@@ -63,7 +63,7 @@ def test_objects_arrive_exactly_and_the_reply_matches_object_public(db: Session)
         db, project, rows, stored=lambda first, chunk: replies.append(chunk.public_json(first))
     )
     assert imports.run(steps) == len(TRICKY)
-    db.expire_all()
+    db.rollback()  # a new transaction: what the requests committed since
     stored = db.scalars(
         select(Object).where(Object.project_id == project.id).order_by(Object.index)
     ).all()
@@ -97,7 +97,7 @@ def test_answers_arrive_exactly_in_order(db: Session, monkeypatch: pytest.Monkey
     triplets = np.array([rng.permutation(30)[:3] for _ in range(11)])
     pairs = np.array([[*rng.permutation(30)[:2], rng.integers(-1, 2)] for _ in range(6)])
     assert imports.run(answers.import_answers(db, project, triplets, pairs)) == (11, 6)
-    db.expire_all()
+    db.rollback()  # a new transaction: what the requests committed since
     stored = db.scalars(
         select(Answer).where(Answer.project_id == project.id).order_by(Answer.id)
     ).all()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
+from app.active import rules
 from app.db.models import Query
-from app.services import round_trip_sql
 from tests.factories import (
     answer_all,
     make_objects,
@@ -153,8 +153,8 @@ def test_mirrored_repeats_measure_self_consistency(client, auth_headers, project
 def test_a_long_session_repeats_one_of_its_last_answers(client, auth_headers, project, db):
     """A repeat's candidates are the session's last ``REPEAT_WINDOW`` answered questions, so a
     repeat costs the same however long the session is (it once walked every answer of the
-    session, and long sessions slowed the writer down; see round_trip_sql)."""
-    window = round_trip_sql.REPEAT_WINDOW
+    session, and long sessions slowed the writer down; see round_trip_sql.REPEAT)."""
+    window = rules.REPEAT_WINDOW
     set_plan(client, auth_headers, "plans", repeat_rate=0.2, queries_per_session=window + 150)
     session_id, headers = open_session(client, "plans")
     answer_all(client, session_id, headers)

@@ -24,24 +24,17 @@ from tests.factories import (
 )
 
 # Per answered question, the usual case (no repeat, no review), transaction control (BEGIN,
-# COMMIT) included; the steps are those of app/services/round_trip_sql.py on both databases:
-# the session and its participant locked and read with the project, the answer stored
-# (with the open question it claims), the question leased and its query issued. The plan's
-# questions were created ahead by a fill of the pool (issuance.fill_pool), not counted
-# here: a fill runs once per POOL_BATCH questions. PostgreSQL, where each statement is a
-# network round trip, runs each step as one statement, and the answer's also issues the
-# next question when it was decided ahead (issuance.Ticket): BEGIN, the session locked,
-# the answer with the next question, COMMIT; for a session the server process served
-# before (app.services.known_sessions: every round trip here after the first request), the
-# answer's statement alone, in autocommit, holding the session itself. SQLite (statements
-# are calls into the library, not network round trips; it holds the whole database under
-# its write lock) runs one statement per table written: answer (claim, question's count,
-# answer, session's count, participant's counters with the open question) and issue (the
-# question's count, query with its objects); for a session the server process knows, the
-# session is not read first: the answer's claim checks it is as remembered. Answers that
-# arrive together share BEGIN and COMMIT (group commit); on SQLite each adds a SAVEPOINT
-# and a RELEASE.
-MOST = {"sqlite": 9, "postgresql": 1}
+# COMMIT) included; the parts are those of app/services/round_trip_sql.py on both databases.
+# The plan's questions were created ahead by the pool's producer (app.services.pool), not
+# counted here. PostgreSQL, where each statement is a network round trip: the answer's one
+# statement (ANSWER_BATCH: the session held and checked, the answer stored and counted, the
+# next question claimed and issued), in autocommit, on the event loop. SQLite (statements are
+# calls into the library; it holds the whole database under its write lock): BEGIN, the
+# session checked (HELD), one statement per table written (CLAIM, PLACE, STORE, SESSION,
+# COUNTS), the next question claimed and issued (OPEN_QUESTION, LEASE, QUERY) and its objects
+# read (SHOWN_OBJECTS), COMMIT. Answers that arrive together share BEGIN and COMMIT (group
+# commit), each then in a SAVEPOINT with its RELEASE.
+MOST = {"sqlite": 12, "postgresql": 1}
 
 
 @pytest.fixture
@@ -49,8 +42,8 @@ def statements(engine: Engine) -> Iterator[list[str]]:
     sent: list[str] = []
 
     def filling_ahead() -> bool:
-        # The pool filled ahead, off the round trip (app.services.fill_ahead).
-        return threading.current_thread().name.startswith("fill-ahead")
+        # The pool filled ahead, off the round trip (app.services.pool.Producer).
+        return threading.current_thread().name.startswith("producer")
 
     def record(statement: str) -> None:
         if not filling_ahead():

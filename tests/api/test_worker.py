@@ -317,4 +317,6 @@ def test_a_project_without_plan_is_not_accepting(client, auth_headers):
     assert client.get("/api/w/idle").json()["accepting"] is False
     session_id, headers = open_session(client, "idle")
     body = next_query(client, session_id, headers)
-    assert body["done"] is True and body["completion_code"] is None
+    # Not the end: the study may start collecting; the page asks again later.
+    assert body["done"] is False and body["wait"] is True and body["retry_after"] > 0
+    assert body["query"] is None and body["completion_code"] is None

@@ -69,7 +69,7 @@ class Filled:
                 job = create_job(db, project, kind, params, trigger="cli")
                 claim_job(db, job.id)
                 status = run_training(db, job.id)
-                db.expire_all()
+                db.rollback()  # a new transaction: what the requests committed since
                 assert status == "succeeded", f"{kind}: {db.get(Job, job.id).error}"
 
     def crowd(self, slug: str, answers: int, seed: int, **options: Any) -> None:

@@ -406,3 +406,50 @@ def test_project_without_a_plan_says_it_is_closed(server: Server, page: Any):
     page.goto(server.page_url(slug, "participant=early"))
     page.wait_for_selector("#closed-note:not([hidden])")
     assert not page.is_visible("#start")
+
+
+def test_a_worker_waits_while_the_trees_need_others_answers(
+    server: Server, page: Any, artifacts: Path
+):
+    """A comprf study whose only questions this worker has answered, while they still need
+    another worker's: the page says the next question is being prepared (not the end) and
+    asks again by itself; once the other answers split the tree, the session ends with its
+    code."""
+    comprf = {
+        "strategies": [{"kind": "comprf", "params": {"n_trees": 1, "redundancy": 2}}],
+        "queries_per_session": 10,
+        "repeat_rate": 0,
+    }
+    slug = server.project(TEXT_OBJECTS[:4], plan=comprf)
+    shown = start(page, server.page_url(slug, "participant=waiting-worker"))
+    while shown is not None and not page.is_visible("#loading-detail"):
+        page.keyboard.press("ArrowLeft")
+        page.wait_for_function(
+            "t => document.getElementById('question').dataset.token !== t"
+            " || !document.getElementById('loading-detail').hidden",
+            arg=shown["token"],
+        )
+        shown = None if page.is_visible("#loading-detail") else page.evaluate(SHOWN)
+    page.wait_for_selector("#loading-detail:not([hidden])")
+    assert "prepared" in page.text_content("#loading-text") or page.text_content("#loading-text")
+    assert not page.is_visible("#done")
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 800})
+        page.screenshot(path=str(artifacts / f"worker-wait-{width}.png"), full_page=True)
+    # Another worker answers the same two questions as the first did: the root splits and the
+    # tree is complete (the same answers: a tie would ask a third worker).
+    nearer = {(row["a"], frozenset((row["b"], row["c"]))): row["b"] for row in server.answers(slug)}
+    opened = server.api.post(f"/api/w/{slug}/sessions", json={"participant": "other"}).json()
+    auth = {"Authorization": f"Bearer {opened['session_token']}"}
+    body = server.api.get(f"/api/w/sessions/{opened['session_id']}/next", headers=auth).json()
+    while body.get("query"):
+        query = body["query"]
+        anchor, *candidates = (o["index"] for o in query["objects"])
+        answer = {"token": query["token"], "choice": nearer[(anchor, frozenset(candidates))]}
+        reply = server.api.post(
+            f"/api/w/sessions/{opened['session_id']}/answers", json=answer, headers=auth
+        )
+        assert reply.status_code == 201, reply.text
+        body = reply.json()["next"]
+    page.wait_for_selector("#done:not([hidden])", timeout=30_000)
+    assert page.text_content("#completion-code").strip()

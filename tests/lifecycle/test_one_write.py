@@ -1,4 +1,4 @@
-"""`tripletlab serve` sends a response in one write (app.http_protocol): its status line,
+"""`tripletlab serve` sends a response in one write (app.internals): its status line,
 headers and body reach the socket together, not in a write each; and nothing of a response
 is lost when the connection closes after it."""
 

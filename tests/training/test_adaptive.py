@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db.models import Job, Model, Project, Question
-from app.services.issuance import POOL_BATCH
+from app.services.pool import POOL_BATCH
 from app.training.executor import ProcessExecutor
 from tests.factories import answer, next_query, open_session
 from tests.training.helpers import committed_client, make_runner, make_study, wait_for

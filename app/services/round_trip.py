@@ -1,0 +1,787 @@
+"""A worker's round trip: the answer stored and the session's next question handed out.
+
+An answer is stored one way per database, from the same parts (``round_trip_sql``):
+
+* **PostgreSQL**: answers that wait together for one of the event loop's connections
+  (``app.db.loop_connections``) go in one statement, :data:`round_trip_sql.ANSWER_BATCH`
+  (a batch of one is the ordinary case), in autocommit, on the event loop: no thread, no
+  SQLAlchemy (:class:`Batches`);
+* **SQLite**: answers that arrive while a transaction waits for the write lock or the disk
+  are stored together in the next one, each in a savepoint, committed once with
+  ``synchronous=FULL`` (:class:`Groups`): one wait for the disk serves them all.
+
+Either way the answer's statements claim the session's next question from the pool when
+the rules say it comes from there (``app.active.rules.next_question``). Everything else is
+the **slow path** (:func:`next_for_session`, in a thread turn, with a SQLAlchemy session): a
+session's question on load or resume, a repeat, a pool empty for this participant (it fills
+the pool itself), and the reasons an answer was refused (:func:`explain_refusal`).
+
+What a statement decides with (the plan's seed, repeat rate, thresholds) is the project's
+plan as this process last read it (:func:`context`), named by the query's token
+(``rules.query_token``: project, count, secret); the statement checks that the plan is
+still the project's, and that the session is as the token counts it; otherwise nothing is
+changed and the answer is sent again with the plan read anew, or explained.
+
+Every acknowledged answer is committed before its reply (autocommit on PostgreSQL; the
+group's durable commit on SQLite); a question is never given twice to a participant and
+never beyond its places (the rules of ``round_trip_sql``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from weakref import WeakKeyDictionary
+
+import psycopg
+from sqlalchemy import Engine, bindparam, select
+from sqlalchemy.orm import Session
+
+from app.active import rules
+from app.config import get_settings
+from app.db.driver import first, rows, rows_async, run, run_text
+from app.db.loop_connections import SIZE, loop_connections
+from app.db.models import Answer, Participant, Project, Query, utcnow
+from app.db.session import ensure_write
+from app.errors import (
+    AppError,
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    ServiceUnavailable,
+)
+from app.schemas.plans import Plan
+from app.schemas.worker import (
+    AnswerCreate,
+    AnswerRecorded,
+    MTurkSubmit,
+    NextQuery,
+    ShownObject,
+    ShownQuery,
+)
+from app.services import pool, round_trip_sql, sessions
+from app.services.quality import SET_AUTOMATIC_FLAG, flag_change
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 16  # answers in one statement at most (the others' answers wait behind it)
+SPARE_CANDIDATES = 2  # open questions a batch claims beyond one per answer
+MAX_CLIENT_MS = 24 * 3600 * 1000
+FILL_ATTEMPTS = 5  # fills a slow path tries before it asks the worker to wait
+WAIT_SECONDS = 3  # a worker told to wait asks again after this
+EXHAUSTED_MESSAGE = "This study has collected all the answers it needs. Thank you!"
+WAITING_MESSAGE = "The next questions wait for answers other workers are giving right now."
+NOT_COLLECTING = "This study is not collecting answers right now."
+DONE_MESSAGE = "Thank you! You have answered every question."
+
+
+class Gone(AppError):
+    status_code = 410
+
+
+class DatabaseUnavailable(ServiceUnavailable):
+    """The database could not be reached (nothing was changed)."""
+
+    def __init__(self, error: str) -> None:
+        super().__init__(
+            "the database is busy or unavailable; nothing was changed, retry shortly",
+            retry_after=1,
+        )
+        log.warning("the database is out of reach: %s", error)
+
+
+# -- the plan a statement decides with --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Context:
+    """A project's plan as this process read it last (``plan`` None: the project has none)."""
+
+    project_id: int
+    plan: Plan | None
+    plan_json: str  # as the statement compares it with the project's own
+    stored_plan: dict[str, Any] | None  # as stored (the plan's JSON, read)
+
+    @property
+    def collecting(self) -> bool:
+        return self.plan is not None
+
+
+_contexts: dict[int, Context] = {}
+
+
+def forget() -> None:
+    """Forget every plan read (tests that empty the database)."""
+    _contexts.clear()
+
+
+_PLAN = select(Project.plan).where(Project.id == bindparam("project"))
+
+
+def context(db: Session, project_id: int, *, fresh: bool = False) -> Context | None:
+    """The project's plan as decided with (read anew when ``fresh``); None if no project."""
+    found = None if fresh else _contexts.get(project_id)
+    if found is not None:
+        return found
+    plan = db.execute(_PLAN, {"project": project_id}).first()
+    db.rollback()
+    if plan is None:
+        _contexts.pop(project_id, None)
+        return None
+    stored = plan[0]
+    found = _contexts[project_id] = Context(
+        project_id, Plan.model_validate(stored) if stored else None, json.dumps(stored), stored
+    )
+    return found
+
+
+# -- the answer's parameters ------------------------------------------------------------------
+
+
+def _params(
+    ctx: Context, session_id: str, authorization: str | None, data: AnswerCreate, answered: int
+) -> dict[str, Any]:
+    """What the answer's statement takes, the next question decided by the rules: the answer
+    is the session's number ``answered + 1``."""
+    plan = ctx.plan
+    assert plan is not None
+    decision = rules.next_question(plan.seed, plan.repeat_rate, session_id, answered + 1, 2**31)
+    return {
+        "session": session_id,
+        "token": data.token,
+        "token_hash": sessions.token_hash(authorization) or "",
+        "answered": answered,
+        "choice": data.choice,
+        "client_ms": data.client_ms,
+        "code_hash": sessions.session_code_hash(session_id),
+        "swap": decision.swap,
+        "issued_token": rules.query_token(ctx.project_id, answered + 1),
+        "claim_next": decision.from_pool and get_settings().claim_with_answer,
+    }
+
+
+def _shared(ctx: Context, now: datetime) -> dict[str, Any]:
+    """The parameters every answer of a batch or group shares."""
+    plan = ctx.plan
+    assert plan is not None
+    return {
+        "project": ctx.project_id,
+        "plan": ctx.plan_json,
+        "now": now,
+        "expires": rules.lease_end(now, get_settings().lease_seconds),
+        "min_ms": plan.min_answer_ms,
+        "max_views": plan.max_object_views,
+    }
+
+
+@dataclass
+class Stored:
+    """What storing an answer did: ``status`` stored, deferred (another session of the
+    participant in the same statement: sent again), stale (the plan changed: sent again with
+    it read anew) or refused (:func:`explain_refusal` says why); for a stored answer, the
+    session's count, total and end, the participant's counters, and the next question if
+    the statement claimed it."""
+
+    status: str
+    answered: int = 0
+    total: int = 0
+    finished: bool = False
+    counts: Any = None
+    next: ShownQuery | None = None
+    question_id: int | None = None  # the next question's, when the statement claimed it
+
+
+def _shown_query(
+    token: str, kind: str, shown: Sequence[int], objects: dict[int, Any], answered: int, total: int
+) -> ShownQuery:
+    return ShownQuery(
+        token=token,
+        kind=kind,
+        objects=[
+            ShownObject(index=i, name=objects[i][1], text=objects[i][2], image_url=objects[i][3])
+            for i in shown
+        ],
+        position=answered + 1,
+        total=total,
+    )
+
+
+# -- PostgreSQL: answers in one statement -------------------------------------------------------
+
+
+class _Waiting:
+    __slots__ = ("ctx", "future", "params")
+
+    def __init__(self, ctx: Context, params: dict[str, Any], future: asyncio.Future[Stored]):
+        self.ctx = ctx
+        self.params = params
+        self.future = future
+
+
+class Batches:
+    """The answers waiting for one event loop's connections to one database, and their
+    senders, one per connection: a free sender takes every answer waiting, up to
+    :data:`MAX_BATCH` of one project and plan and distinct sessions, and sends them in one
+    statement. Nothing waits for a batch to fill: an answer that finds a sender free goes at
+    once, alone. A statement's own cost on the server (bind, locks, starting its plan,
+    commit) was more than half of PostgreSQL's CPU per round trip; batched, it is paid once
+    (bench/results/answer_batches.txt)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._connections = loop_connections(engine)
+        self._waiting: list[_Waiting] = []
+        self._sending = 0
+        self._senders: set[asyncio.Task[None]] = set()  # held: the loop keeps weak ones
+
+    async def store(self, ctx: Context, params: dict[str, Any]) -> Stored:
+        future: asyncio.Future[Stored] = asyncio.get_running_loop().create_future()
+        self._waiting.append(_Waiting(ctx, params, future))
+        if self._sending < SIZE:
+            self._sending += 1
+            sender = asyncio.get_running_loop().create_task(self._send())
+            self._senders.add(sender)
+            sender.add_done_callback(self._senders.discard)
+        return await future
+
+    async def _send(self) -> None:
+        try:
+            while self._waiting:
+                batch: list[_Waiting] = []
+                results: list[Stored | Exception]
+                try:
+                    async with self._connections.connection() as connection:
+                        # Taken once the connection is lent: an answer whose request was
+                        # cancelled meanwhile is left out.
+                        batch = self._take()
+                        results = await _send_batch(connection, batch) if batch else []
+                except (psycopg.IntegrityError, psycopg.errors.TransactionRollback):
+                    # A race lost (another statement gave the participant the question
+                    # first; a deadlock ended this one): nothing changed, send them again.
+                    batch = batch or self._take()
+                    results = [Stored("again")] * len(batch)
+                except psycopg.OperationalError as error:  # the database is out of reach
+                    batch = batch or self._take()
+                    results = [DatabaseUnavailable(str(error))] * len(batch)
+                except Exception as error:
+                    batch = batch or self._take()
+                    if len(batch) > 1:  # each alone: only an answer that cannot be taken fails
+                        log.warning("a batch of %d answers failed", len(batch), exc_info=True)
+                        results = [Stored("alone")] * len(batch)
+                    else:
+                        results = [error] * len(batch)
+                except BaseException:  # cancelled (the loop shuts down): the requests too
+                    for waiting in batch or self._take():
+                        waiting.future.cancel()
+                    raise
+                for waiting, result in zip(batch, results, strict=True):
+                    if waiting.future.done():
+                        continue
+                    if isinstance(result, Exception):
+                        waiting.future.set_exception(result)
+                    else:
+                        waiting.future.set_result(result)
+        finally:
+            self._sending -= 1
+
+    def _take(self) -> list[_Waiting]:
+        batch: list[_Waiting] = []
+        left: list[_Waiting] = []
+        seen: set[str] = set()
+        for waiting in self._waiting:
+            if waiting.future.done():  # its request was cancelled
+                continue
+            if batch and (
+                len(batch) == MAX_BATCH
+                or waiting.ctx is not batch[0].ctx
+                or waiting.params["session"] in seen
+                or waiting.params["alone"]
+                or batch[0].params["alone"]
+            ):
+                left.append(waiting)
+                continue
+            batch.append(waiting)
+            seen.add(waiting.params["session"])
+        self._waiting = left
+        return batch
+
+
+async def _send_batch(
+    connection: psycopg.AsyncConnection[Any], batch: list[_Waiting]
+) -> list[Stored]:
+    ctx = batch[0].ctx
+    params = _shared(ctx, utcnow())
+    for name in round_trip_sql.BATCH_COLUMNS:
+        params[f"batch_{name}"] = [waiting.params[name] for waiting in batch]
+    params["candidates"] = len(batch) + SPARE_CANDIDATES
+    found = await rows_async(connection, round_trip_sql.ANSWER_BATCH, params)
+    results = [_stored_pg(row, batch[row.ord - 1].params) for row in found]
+    for result in results:
+        if result.counts is not None and rules.review_due(result.answered, result.finished):
+            change = flag_change(result.counts, ctx.plan)  # type: ignore[arg-type]
+            if change is not None:
+                await rows_async(connection, _SET_FLAG, change)
+    return results
+
+
+_SET_FLAG = round_trip_sql.Statement(SET_AUTOMATIC_FLAG.postgresql + " RETURNING id", "")
+
+
+def _stored_pg(row: Any, params: dict[str, Any]) -> Stored:
+    if not row.stored:
+        if row.plan_ok is False:
+            return Stored("stale")
+        if row.token_ok and row.count_ok and row.plan_ok and not row.taken:
+            return Stored("deferred")
+        return Stored("refused")
+    shown = None
+    if row.query_id is not None:
+        order = [i for i in (row.s1, row.s2, row.s3) if i is not None]
+        objects = {o[0]: o for o in row.shown_objects}
+        shown = _shown_query(
+            params["issued_token"], row.kind, order, objects, row.answered, row.total
+        )
+    finished = row.finished_at is not None
+    return Stored("stored", row.answered, row.total, finished, row, shown, row.question_id)
+
+
+_batches: WeakKeyDictionary[Any, Batches] = WeakKeyDictionary()
+
+
+def _batches_of(engine: Engine) -> Batches:
+    loop = asyncio.get_running_loop()
+    per_loop = _batches.get(loop)
+    if per_loop is None or per_loop._engine is not engine:
+        per_loop = _batches[loop] = Batches(engine)
+    return per_loop
+
+
+# -- SQLite: answers in one transaction ---------------------------------------------------------
+
+
+@dataclass
+class _Pending:
+    ctx: Context
+    params: dict[str, Any]
+    future: asyncio.Future[Stored]
+
+
+@dataclass
+class Groups:
+    """Group commit on SQLite: the answers that arrive while a transaction waits for the
+    write lock or the disk are stored together in the next one, each in its own savepoint,
+    and committed once, durably. One wait for the disk serves the group: the wait, not the
+    work, bounded answers per second (profiled: the commit was half of a round trip's
+    serialised time on SQLite). A group's answers are taken once its turn holds the write
+    lock (with two server processes a turn waited for the other's writer most of the time).
+    """
+
+    sessions: Callable[[], Session]
+    in_turn: Callable[..., Any]
+    pending: list[_Pending] = field(default_factory=list)
+    taking: threading.Lock = field(default_factory=threading.Lock)
+    task: asyncio.Task[None] | None = None
+
+    async def store(self, ctx: Context, params: dict[str, Any]) -> Stored:
+        future: asyncio.Future[Stored] = asyncio.get_running_loop().create_future()
+        with self.taking:
+            self.pending.append(_Pending(ctx, params, future))
+        if self.task is None:
+            self.task = asyncio.create_task(self._drain())
+        return await future
+
+    def _take(self) -> list[_Pending]:
+        with self.taking:
+            group, self.pending = self.pending[:64], self.pending[64:]
+        return group
+
+    async def _drain(self) -> None:
+        try:
+            while self.pending:
+                stored = await self.in_turn(self._store_taken)
+                for pending, result in stored:
+                    if pending.future.done():
+                        continue
+                    if isinstance(result, BaseException):
+                        pending.future.set_exception(result)
+                    else:
+                        pending.future.set_result(result)
+        finally:
+            self.task = None
+            for pending in self._take():  # left only if this task was cancelled
+                if not pending.future.done():
+                    pending.future.set_exception(RuntimeError("the server is shutting down"))
+
+    def _store_taken(self) -> list[tuple[_Pending, Stored | Exception]]:
+        """In the turn's thread: hold the write lock, then store the answers waiting."""
+        with self.sessions() as db:
+            try:
+                ensure_write(db, durable=True)
+            except Exception as error:  # e.g. the database is unreachable: all learn it
+                return [(pending, error) for pending in self._take()]
+            group = self._take()
+            results: list[Stored | Exception] = []
+            connection = db.connection()
+            alone = len(group) == 1  # no other answer to keep if it fails: no savepoint
+            for pending in group:
+                if not alone:
+                    run_text(connection, "SAVEPOINT answer")
+                try:
+                    results.append(_store_sqlite(db, pending.ctx, pending.params))
+                    if not alone:
+                        run_text(connection, "RELEASE answer")
+                except Exception as error:
+                    if alone:
+                        db.rollback()
+                    else:
+                        run_text(connection, "ROLLBACK TO answer")
+                        run_text(connection, "RELEASE answer")
+                    results.append(error)
+            try:
+                db.commit()
+            except Exception as error:  # its commit failed: none of them is stored
+                db.rollback()
+                results = [error] * len(group)
+        return list(zip(group, results, strict=True))
+
+
+def _store_sqlite(db: Session, ctx: Context, answer: dict[str, Any]) -> Stored:
+    """The answer's parts as statements of their own, in the group's transaction."""
+    conn = db.connection()
+    params = {**_shared(ctx, utcnow()), **answer}
+    held = first(conn, round_trip_sql.HELD, params)
+    if held is None or not (held.token_ok and held.count_ok and held.plan_ok):
+        return Stored("stale" if held is not None and not held.plan_ok else "refused")
+    params.update(participant=held.participant, source=held.source)
+    claimed = first(conn, round_trip_sql.CLAIM, params)
+    if claimed is None:
+        return Stored("refused")
+    if not claimed.is_repeat:
+        run(conn, round_trip_sql.PLACE, {"question": claimed.question_id})
+    stored = first(conn, round_trip_sql.STORE, {**params, "query": claimed.id})
+    session = first(conn, round_trip_sql.SESSION, params)
+    counts = first(conn, round_trip_sql.COUNTS, {**params, "answer": stored.id})
+    finished = session.finished_at is not None
+    if rules.review_due(session.answered, finished):
+        change = flag_change(counts, ctx.plan)  # type: ignore[arg-type]
+        if change is not None:
+            run(conn, SET_AUTOMATIC_FLAG, change)
+    shown = question = None
+    if params["claim_next"] and not finished:
+        question = pool.first_open(db, ctx.project_id, held.participant, params["max_views"])
+        if question is not None:
+            order = rules.shown_order(*question[1:], params["swap"])
+            shown = _issue(
+                db, ctx.project_id, answer["session"], held.participant, question, order,
+                False, params["issued_token"], session.answered, session.total, params["now"],
+            )  # fmt: skip
+    question_id = question[0] if shown is not None else None
+    return Stored("stored", session.answered, session.total, finished, counts, shown, question_id)
+
+
+def _issue(
+    db: Session,
+    project_id: int,
+    session_id: str,
+    participant_id: int,
+    question: Any,
+    order: Sequence[int | None],
+    is_repeat: bool,
+    token: str,
+    answered: int,
+    total: int,
+    now: datetime,
+) -> ShownQuery:
+    """Hand ``question`` (id, kind, o1, o2, o3) to the session, its objects shown in
+    ``order``: one more place leased (not for a repeat, which takes none), the query
+    inserted, its objects read."""
+    conn = db.connection()
+    if not is_repeat:
+        run(conn, round_trip_sql.LEASE, {"question": question[0]})
+    shown = [*order, None][:3]
+    values = {
+        "project": project_id,
+        "question": question[0],
+        "session": session_id,
+        "participant": participant_id,
+        "kind": question[1],
+        "s1": shown[0],
+        "s2": shown[1],
+        "s3": shown[2],
+        "is_repeat": is_repeat,
+        "issued_token": token,
+        "now": now,
+        "expires": rules.lease_end(now, get_settings().lease_seconds),
+    }
+    run(conn, round_trip_sql.QUERY, values)
+    found = rows(conn, round_trip_sql.SHOWN_OBJECTS, values)
+    objects = {row[0]: row for row in found}
+    return _shown_query(
+        token, question[1], [i for i in order if i is not None], objects, answered, total
+    )
+
+
+# -- the slow path ---------------------------------------------------------------------------------
+
+
+def next_for_session(db: Session, session_id: str, authorization: str | None) -> NextQuery:
+    """The session's open question, or a new one, or its end, or a wait: for a page's load
+    or resume, and after an answer whose statement did not hand out the next question (a
+    repeat, a pool empty for this participant). Fills the pool when it finds nothing, in a
+    transaction of its own; asks the worker to wait only when nothing can be asked now."""
+    waiting = False
+    for _ in range(FILL_ATTEMPTS):
+        ensure_write(db)
+        work = sessions.held_session(db, session_id, authorization)
+        shown = _next_held(db, work)
+        if shown is not None:
+            db.commit()
+            return shown
+        db.commit()  # nothing to ask this participant: the locks go before the project's
+        filled = pool.fill_alone(db, work.project_id)
+        waiting = filled is not None and filled.waiting
+        if filled is None or not filled.available:
+            break  # the plan has nothing more now: claim again only after a fill that added
+    if waiting:  # its trees wait for answers others are giving now: come back shortly
+        return NextQuery(wait=True, retry_after=WAIT_SECONDS, message=WAITING_MESSAGE)
+    # Nothing more for this participant (seen it all, every object at its cap, the plan
+    # exhausted), even where others may still be asked: the session ends politely.
+    return _finish(db, session_id, authorization, EXHAUSTED_MESSAGE)
+
+
+def _next_held(db: Session, work: Any) -> NextQuery | None:
+    """What the held session is shown next, or None if the pool has nothing for it."""
+    conn = db.connection()
+    current = first(conn, round_trip_sql.OPEN_QUERY, {"session": work.id, "now": utcnow()})
+    if current is not None:
+        order = [i for i in (current.o1, current.o2, current.o3) if i is not None]
+        params = {"project": work.project_id, "s1": current.o1, "s2": current.o2}
+        found = rows(conn, round_trip_sql.SHOWN_OBJECTS, {**params, "s3": current.o3})
+        objects = {row[0]: row for row in found}
+        return NextQuery(
+            query=_shown_query(
+                current.token, current.kind, order, objects, work.answered, work.total
+            )
+        )
+    if work.finished_at is not None:
+        return _done(db, work, DONE_MESSAGE)
+    if not work.plan or work.total == 0:
+        return NextQuery(wait=True, retry_after=WAIT_SECONDS * 10, message=NOT_COLLECTING)
+    plan = Plan.model_validate(work.plan)
+    decision = rules.next_question(plan.seed, plan.repeat_rate, work.id, work.answered, work.total)
+    now = utcnow()
+    token = rules.query_token(work.project_id, work.answered)
+    if decision.done:
+        sessions.finish(db, work.id)
+        return _done(db, work, DONE_MESSAGE)
+    if decision.repeat_draw is not None:
+        params = {
+            "session": work.id,
+            "participant": work.participant_id,
+            "draw": decision.repeat_draw,
+            "max_views": plan.max_object_views,
+        }
+        repeat = first(conn, round_trip_sql.REPEAT, params)
+        if repeat is not None:
+            order = rules.repeat_order(repeat.kind, repeat.o1, repeat.o2, repeat.shown_o2,
+                                       repeat.shown_o3, decision.swap)  # fmt: skip
+            shown = _issue(db, work.project_id, work.id, work.participant_id, repeat, order,
+                           True, token, work.answered, work.total, now)  # fmt: skip
+            return NextQuery(query=shown)
+    question = pool.first_open(db, work.project_id, work.participant_id, plan.max_object_views)
+    if question is None:
+        return None
+    order = rules.shown_order(*question[1:], decision.swap)
+    shown = _issue(db, work.project_id, work.id, work.participant_id, question, order, False,
+                   token, work.answered, work.total, now)  # fmt: skip
+    return NextQuery(query=shown)
+
+
+def _finish(db: Session, session_id: str, authorization: str | None, message: str) -> NextQuery:
+    """The plan has nothing more for this session: it ends (with its code, if it answered)."""
+    ensure_write(db)
+    work = sessions.held_session(db, session_id, authorization)
+    if work.finished_at is None and work.answered:
+        sessions.finish(db, work.id)
+        work = sessions.held_session(db, session_id, authorization)
+    db.commit()
+    if work.finished_at is None:
+        return NextQuery(done=True, message=message)
+    return _done(db, work, message)
+
+
+def _done(db: Session, work: Any, message: str) -> NextQuery:
+    """The end of a finished session: its completion code, where to go, what to submit."""
+    code = sessions.completion_code(work.id)
+    plan = Plan.model_validate(work.plan) if work.plan else None
+    redirect = plan.completion.redirect_url if plan else None
+    if not message or (message == DONE_MESSAGE and work.answered < work.total):
+        message = EXHAUSTED_MESSAGE
+    participant = db.get(Participant, work.participant_id)
+    params = work.platform_params or (participant.platform_params if participant else {}) or {}
+    submit = None
+    if (
+        participant is not None
+        and participant.platform == "mturk"
+        and params.get("turkSubmitTo")
+        and params.get("assignmentId")
+    ):
+        submit = MTurkSubmit(url=params["turkSubmitTo"].rstrip("/") + "/mturk/externalSubmit",
+                             assignmentId=params["assignmentId"])  # fmt: skip
+    return NextQuery(
+        done=True,
+        completion_code=code,
+        redirect_url=redirect.replace("{code}", code) if redirect else None,
+        message=message,
+        mturk_submit=submit,
+    )
+
+
+def explain_refusal(
+    db: Session, session_id: str, authorization: str | None, data: AnswerCreate
+) -> AnswerRecorded:
+    """Why the answer to ``data.token`` was not stored: an error naming the reason, or, for
+    the same answer sent again, the session as it is now (harmless)."""
+    work = sessions.held_session(db, session_id, authorization, hold=False)
+    query = db.scalar(select(Query).where(Query.token == data.token))
+    db.rollback()
+    if query is None:
+        raise NotFound("unknown question token")
+    if query.session_id != session_id:
+        raise Forbidden("this question token belongs to another session")
+    if query.status == "answered":
+        stored = db.scalar(select(Answer.choice).where(Answer.query_id == query.id))
+        db.rollback()
+        if stored != data.choice:
+            raise Conflict("this question was already answered with a different choice")
+        return _recorded(next_for_session(db, session_id, authorization), work.total)
+    if query.status == "expired" or query.expires_at <= utcnow():
+        raise Gone("this question's lease expired; ask for the next question")
+    _check_choice(query.kind, query.o2, query.o3, data.choice)
+    raise Gone("this question's lease just ended; ask for the next question")
+
+
+def _check_choice(kind: str, o2: int, o3: int | None, choice: int) -> None:
+    if kind == "triplet":
+        if choice not in (o2, o3):
+            raise InvalidInput(f"choice {choice} is not one of the candidates shown ({o2} or {o3})")
+    elif choice not in (-1, 0, 1):
+        raise InvalidInput(
+            "a pair's choice must be −1 (left better), 0 (about the same) or 1 (right better), "
+            f"got {choice}"
+        )
+
+
+def _recorded(shown: NextQuery, total: int) -> AnswerRecorded:
+    answered = shown.query.position - 1 if shown.query is not None else total
+    return AnswerRecorded(answered=answered, total=total, done=shown.done, next=shown)
+
+
+# -- the answer, from the request ---------------------------------------------------------------
+
+RETRIES = 20  # an answer sent again (deferred, a race lost, its plan changed) at most this often
+
+
+async def record_answer(
+    engine: Engine,
+    sessions_of: Callable[[], Session],
+    in_turn: Callable[..., Any],
+    session_id: str,
+    authorization: str | None,
+    data: AnswerCreate,
+) -> AnswerRecorded:
+    """Store the answer and give the session's next question (see the module)."""
+    if data.client_ms is not None and not 0 <= data.client_ms <= MAX_CLIENT_MS:
+        raise InvalidInput(f"client_ms must be between 0 and {MAX_CLIENT_MS}, got {data.client_ms}")
+    facts = rules.token_facts(data.token)
+    if facts is None:
+        return await in_turn(_explain, sessions_of, session_id, authorization, data)
+    fresh = alone = False
+    for _ in range(RETRIES):
+        ctx = _contexts.get(facts.project_id) if not fresh else None
+        if ctx is None:
+            ctx = await in_turn(_context, sessions_of, facts.project_id)
+        if ctx is None or not ctx.collecting:
+            return await in_turn(_explain, sessions_of, session_id, authorization, data)
+        params = _params(ctx, session_id, authorization, data, facts.answered)
+        params["alone"] = alone
+        if engine.dialect.name == "postgresql":
+            stored = await _batches_of(engine).store(ctx, params)
+        else:
+            stored = await _groups_of(sessions_of, in_turn).store(ctx, params)
+        if stored.status == "stored":
+            return await _after(
+                engine, sessions_of, in_turn, ctx, session_id, authorization, stored
+            )
+        # deferred, again: sent again; stale: with the plan read anew; alone: in a batch
+        # of its own (its batch failed); refused: explained.
+        fresh = stored.status == "stale"
+        alone = alone or stored.status == "alone"
+        if stored.status == "refused":
+            return await in_turn(_explain, sessions_of, session_id, authorization, data)
+    raise ServiceUnavailable("the server is busy; nothing was changed, retry shortly", 1)
+
+
+async def _after(
+    engine: Engine,
+    sessions_of: Callable[[], Session],
+    in_turn: Callable[..., Any],
+    ctx: Context,
+    session_id: str,
+    authorization: str | None,
+    stored: Stored,
+) -> AnswerRecorded:
+    """The reply to a stored answer: its next question, from the statement, or the end, or
+    the slow path's."""
+    if stored.question_id is not None:
+        pool.producer(engine).claimed(ctx.project_id, stored.question_id)
+    if stored.next is not None:
+        nxt = NextQuery(query=stored.next)
+    elif stored.finished:
+        nxt = await in_turn(next_question, sessions_of, session_id, authorization)
+    else:
+        nxt = await in_turn(next_question, sessions_of, session_id, authorization)
+    return AnswerRecorded(
+        answered=stored.answered, total=stored.total, done=stored.finished, next=nxt
+    )
+
+
+def _context(sessions_of: Callable[[], Session], project_id: int) -> Context | None:
+    with sessions_of() as db:
+        return context(db, project_id, fresh=True)
+
+
+def next_question(
+    sessions_of: Callable[[], Session], session_id: str, authorization: str | None
+) -> NextQuery:
+    """:func:`next_for_session` with a session of its own (run in a thread turn)."""
+    with sessions_of() as db:
+        return next_for_session(db, session_id, authorization)
+
+
+def _explain(
+    sessions_of: Callable[[], Session],
+    session_id: str,
+    authorization: str | None,
+    data: AnswerCreate,
+) -> AnswerRecorded:
+    with sessions_of() as db:
+        return explain_refusal(db, session_id, authorization, data)
+
+
+_groups: WeakKeyDictionary[Any, Groups] = WeakKeyDictionary()
+
+
+def _groups_of(sessions_of: Callable[[], Session], in_turn: Callable[..., Any]) -> Groups:
+    loop = asyncio.get_running_loop()
+    group = _groups.get(loop)
+    if group is None:
+        group = _groups[loop] = Groups(sessions_of, in_turn)
+    return group
