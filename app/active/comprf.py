@@ -488,22 +488,35 @@ def forest_predictions(
     object is predicted from its leaf-mates only, never from itself: that is its
     leave-one-out prediction.
 
-    Returns one dict per object (``index``, ``trees_placed``, and ``label`` + ``shares`` or
-    ``target`` + ``spread``; ``None`` when no tree placed it yet) and the figures.
-    With ``anytime`` an object still waiting in an open node is predicted from the
-    known objects of that node (``trees_placed`` still counts leaves only).
+    Returns one dict per object (``index``, ``trees_placed``: the trees where it reached a
+    leaf, ``depth``: the mean depth of the nodes it has reached, ``in_leaf``: whether it
+    reached a leaf in every tree, and ``label`` + ``shares`` or ``target`` + ``spread``;
+    ``None`` when no tree placed it yet) and the figures, with ``share_in_leaves``: the
+    share of (object, tree) placements that are leaves. With ``anytime`` an object still
+    waiting in an open node is predicted from the known objects of the deepest node it has
+    reached, so every object has a prediction from the first answer on, and it sharpens as
+    the trees grow.
     """
     n = len(labels)
     regression = any(t is not None for t in targets)
     known = [t is not None for t in targets] if regression else [y is not None for y in labels]
-    mates, placed = forest.neighbourhoods(known, anytime)
-    if anytime:
-        placed = forest.neighbourhoods(known)[1]
+    mates, _ = forest.neighbourhoods(known, anytime)
+    placed = forest.neighbourhoods(known)[1]
+    depths = np.zeros(n)
+    for t in range(len(forest.trees)):
+        for obj, path in forest.placements(t, anytime=True).items():
+            if obj < n:
+                depths[obj] += (len(path) - 1) / len(forest.trees)
     rows: list[dict[str, Any]] = []
     errors: list[float] = []
     for obj in range(n):
         per_tree = [m[obj] for m in mates if obj in m]
-        row: dict[str, Any] = {"index": obj, "trees_placed": int(placed[obj])}
+        row: dict[str, Any] = {
+            "index": obj,
+            "trees_placed": int(placed[obj]),
+            "depth": round(float(depths[obj]), 2),
+            "in_leaf": bool(placed[obj] == len(forest.trees)),
+        }
         if not per_tree:
             row.update({"target": None, "spread": None} if regression else {"label": None})
             row["note"] = "not placed in any leaf yet" if not placed[obj] else "no known leaf-mate"
@@ -529,6 +542,7 @@ def forest_predictions(
         "n_known": n_known,
         "n_known_predicted": len(errors),
         "objects_placed": int(np.count_nonzero(placed)),
+        "share_in_leaves": float(placed.sum() / (n * len(forest.trees))) if n else 0.0,
     }
     if errors:
         if regression:

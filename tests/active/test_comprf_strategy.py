@@ -115,6 +115,30 @@ def test_predictions_use_leaf_mates_and_say_when_an_object_is_not_placed():
     assert accuracy > 0.9
     assert rows[90]["label"] is None and rows[90]["trees_placed"] == 0
     assert all(r["trees_placed"] == 5 for r in rows[:90])
+    # Any time: the late object is predicted from the labelled objects of the roots, where it
+    # waits (depth 0, not in a leaf); the others are in their leaves.
+    anytime, figures = forest_predictions(forest, [*labels, None], [None] * 91, anytime=True)
+    assert anytime[90]["label"] is not None and anytime[90]["depth"] == 0
+    assert anytime[90]["in_leaf"] is False
+    assert all(r["in_leaf"] and r["depth"] >= 1 for r in anytime[:90])
+    assert figures["share_in_leaves"] == pytest.approx(90 / 91)
+    assert [r["label"] for r in anytime[:90]] == [r["label"] for r in rows[:90]]
+
+
+def test_a_forest_half_built_predicts_every_object_from_the_node_it_reached():
+    """CompRF any time: stopped half-way (the deepest nodes still open), every object has a
+    prediction, from the labelled objects of the deepest node it reached, and most are right."""
+    X, y = blobs(90)
+    labels = [str(v) if i % 4 == 0 else None for i, v in enumerate(y)]
+    params = ForestParams.parse({"n_trees": 5, "redundancy": 1}, 0)
+    _, answers = build(X, labels, {"n_trees": 5, "redundancy": 1}, noise=0.0)
+    half = replay(params, snapshot(params, labels), answers[: len(answers) // 3])
+    rows, figures = forest_predictions(half, labels, [None] * 90, anytime=True)
+    assert half.pending() and figures["share_in_leaves"] < 0.9
+    assert all(r["label"] is not None for r in rows)
+    unlabelled = [r for r in rows if labels[r["index"]] is None]
+    assert np.mean([r["label"] == str(y[r["index"]]) for r in unlabelled]) > 0.8
+    assert any(not r["in_leaf"] for r in rows)
 
 
 def test_regression_gives_the_mean_target_and_its_spread():

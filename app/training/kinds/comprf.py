@@ -3,7 +3,9 @@ Garreau & von Luxburg 2018) through the plan's ``comprf`` strategy.
 
 The forest is not fitted here: the workers' answers built it (``app/active/comprf.py``,
 kept current by ``app/services/comprf.py``); a job reads it as it stands
-(:func:`load`), predicts every object from its leaf-mates and measures the figures.
+(:func:`load`), predicts every object from its leaf-mates (or, in a forest still being
+built, from the labelled objects of the deepest node it has reached) and measures the
+figures.
 """
 
 from __future__ import annotations
@@ -49,10 +51,12 @@ def train(data: TrainingData, params: ComprfParams, progress: Progress) -> Train
     (each predicted from its leaf-mates only), the questions asked and the answers used."""
     snap = data.forest
     forest: Forest = snap["forest"]
-    progress(0.2, "predicting from the leaves")
+    progress(0.2, "predicting from the nodes each object has reached")
     targets = [None if np.isnan(t) else float(t) for t in data.targets]
     labels = list(data.labels)
-    rows, figures = forest_predictions(forest, labels, targets)
+    # Any time: an object still in an open node is predicted from the labelled objects of the
+    # deepest node it has reached, so a forest being built predicts every object already.
+    rows, figures = forest_predictions(forest, labels, targets, anytime=True)
     per_tree = forest.progress()
     metrics = {
         **figures,
