@@ -8,7 +8,7 @@ One interleaved run measures, with the same client and at 1, 10 and 50 concurren
   is ``GET /query`` then ``POST /answer``. Its Dask workers are stopped (SIGSTOP) while the
   other rows run, so they do not take CPU from them.
 * **the bare ceiling**: a FastAPI app under the same uvicorn, with the same HTTP protocol
-  (``app.http_protocol``: a response in one write) and settings, whose routes (coroutines,
+  (``app.internals``: a response in one write) and settings, whose routes (coroutines,
   answered on the event loop: FastAPI's cheapest) return constant JSON in our protocol, so
   the ratio says what Triplet Lab's own work costs.
 * **Triplet Lab** (`tripletlab serve`): SQLite, SQLite with 2 server processes, PostgreSQL,
@@ -141,6 +141,7 @@ class Tally:
     latencies: list[float] = field(default_factory=list)  # ms per round trip
     errors: int = 0
     first_error: str = ""
+    waits: int = 0  # "wait" replies: nothing to ask right now
 
     def record(self, started: float) -> None:
         ended = time.perf_counter()
@@ -152,10 +153,16 @@ class Tally:
         self.first_error = self.first_error or f"{status} {body[:200]!r}"
 
 
+_opened = iter(range(10**9))  # participants of the sessions workers open as they go
+
+
 async def ours_worker(
     connection: Connection, session: tuple[str, str], stop: float, tally: Tally
 ) -> None:
-    """GET next once, then answer; each 201 carries the next question (or GET it if not)."""
+    """GET next once, then answer; each 201 carries the next question (or GET it if not).
+    A session that ends is followed by a new one (``POST …/sessions``, then ``GET …/next``),
+    as a study's next participant would: its cost is part of that question's round trip. A
+    ``wait`` reply (nothing to ask right now) is counted, and asked again after 50 ms."""
     session_id, token = session
     nxt: dict | None = None
     while time.monotonic() < stop:
@@ -168,8 +175,30 @@ async def ours_worker(
                 tally.error(status, body)
                 return
             nxt = json.loads(body)
+        if nxt.get("wait"):
+            tally.waits += 1
+            nxt = None
+            await asyncio.sleep(0.05)
+            continue
         if nxt.get("done"):
-            return
+            participant = json.dumps({"participant": f"next-{next(_opened)}"}).encode()
+            status, body = await connection.request(
+                "POST", "/api/w/bench/sessions", body=participant
+            )
+            if status != 201:
+                tally.error(status, body)
+                return
+            opened = json.loads(body)
+            session_id, token, nxt = opened["session_id"], opened["session_token"], None
+            status, body = await connection.request(
+                "GET", f"/api/w/sessions/{session_id}/next", token
+            )
+            if status != 200:
+                tally.error(status, body)
+                return
+            nxt = json.loads(body)
+            if nxt.get("done") or nxt.get("wait"):
+                continue
         query = nxt["query"]
         answer = {"token": query["token"], "choice": query["objects"][1]["index"]}
         status, body = await connection.request(
@@ -239,6 +268,7 @@ class Run:
     rate: float
     latencies: list[float]
     errors: int
+    waits: int
     server_cpu_ms: float  # the system's processes' CPU per round trip
     client_cpu_ms: float  # this process's CPU per round trip
     database_cpu_ms: float | None  # PostgreSQL's own processes' CPU per round trip, if used
@@ -309,6 +339,7 @@ def timed(system: System, n_workers: int, seconds: float) -> Run:
         len(tally.latencies) / elapsed,
         tally.latencies,
         tally.errors,
+        tally.waits,
         server_cpu * 1000 / count,
         client_cpu * 1000 / count,
         None if database_cpu is None else database_cpu * 1000 / count,
@@ -359,19 +390,27 @@ def wait_for_adaptive_batch(client: httpx.Client, headers: dict[str, str]) -> No
 
 
 def setup_project(
-    base: str, key: str, n_workers: int, strategy: str = "random"
+    base: str, key: str, n_workers: int, strategy: str = "random", session_length: int = 5000
 ) -> list[tuple[str, str]]:
     headers = {"Authorization": f"Bearer {key}"}
-    with httpx.Client(base_url=base, timeout=60) as client:
+    with httpx.Client(base_url=base, timeout=120) as client:
         client.post("/api/projects", json={"slug": "bench", "name": "bench"}, headers=headers)
-        objects = [{"name": f"o{i}"} for i in range(1000)]
+        if strategy == "comprf":  # digits: 1,797 objects, their labels (supervised pivots)
+            from sklearn.datasets import load_digits
+
+            labels = load_digits().target
+            objects = [{"name": f"d{i}", "label": str(y)} for i, y in enumerate(labels)]
+        else:
+            objects = [{"name": f"o{i}"} for i in range(1000)]
         client.post("/api/projects/bench/objects", json=objects, headers=headers)
-        spec = {"kind": strategy, "weight": 1}
+        spec: dict = {"kind": strategy, "weight": 1}
         if strategy == "adaptive":
             spec["params"] = {"refresh_every": ADAPTIVE_REFRESH}
+        if strategy == "comprf":
+            spec["params"] = {"n_trees": 10, "redundancy": 3}
         plan = {
             "strategies": [spec],
-            "queries_per_session": 5000,  # the most a plan allows
+            "queries_per_session": session_length,
             "gold_rate": 0.05,
             "repeat_rate": 0.05,
         }
@@ -387,7 +426,11 @@ def setup_project(
 
 @contextmanager
 def ours(
-    database_url: str | None, n_sessions: int, processes: int, strategy: str = "random"
+    database_url: str | None,
+    n_sessions: int,
+    processes: int,
+    strategy: str = "random",
+    session_length: int = 5000,
 ) -> Iterator[System]:
     if database_url:
         reset_postgres(database_url)
@@ -395,7 +438,7 @@ def ours(
     run_jobs = "true" if strategy == "adaptive" else "false"
     settings = {"run_jobs": run_jobs, "web_workers": str(processes)}
     with running_server(database_url, **settings) as server:
-        sessions = setup_project(server.base, server.key, n_sessions, strategy)
+        sessions = setup_project(server.base, server.key, n_sessions, strategy, session_length)
         yield System(
             server.base, sessions, [server.process.pid], ours_worker, database_url is not None
         )
@@ -404,7 +447,7 @@ def ours(
 # Served as `tripletlab serve` serves ours: uvicorn with the same protocol and settings.
 BARE_SERVE = """
 import sys, uvicorn
-from app.http_protocol import OneWriteHttpToolsProtocol
+from app.internals import OneWriteHttpToolsProtocol
 uvicorn.run("bare_app:app", port=int(sys.argv[1]), log_level="warning", access_log=False,
             http=OneWriteHttpToolsProtocol)
 """
@@ -567,9 +610,17 @@ def main() -> None:
     )
     parser.add_argument(
         "--strategy",
-        choices=("random", "adaptive"),
+        choices=("random", "adaptive", "comprf"),
         default="random",
-        help="the plan's strategy (adaptive: see ADAPTIVE_REFRESH; the job runner is on)",
+        help="the plan's strategy (adaptive: see ADAPTIVE_REFRESH; the job runner is on; "
+        "comprf: 10 trees, redundancy 3, on the 1,797 digits)",
+    )
+    parser.add_argument(
+        "--session-length",
+        type=int,
+        default=5000,
+        help="questions per session; a worker whose session ends opens the next (40: a real "
+        "study's sessions)",
     )
     args = parser.parse_args()
     seconds = 4.0 if args.quick else 10.0
@@ -596,7 +647,8 @@ def main() -> None:
         if row == "bare":
             return bare(n_sessions)
         url = args.postgres if row.startswith("postgres") else None
-        return ours(url, n_sessions, 2 if row.endswith("2") else 1, args.strategy)
+        processes = 2 if row.endswith("2") else 1
+        return ours(url, n_sessions, processes, args.strategy, args.session_length)
 
     runs: dict[tuple[str, int], list[Run]] = {(r, w): [] for r in rows for w in args.workers}
     load_before = os.getloadavg()
@@ -640,9 +692,9 @@ def report(
             *load_before, *os.getloadavg()
         )
     )
-    header = ("system", "workers", "round trips/s", "p50 ms", "p99 ms", "errors")
+    header = ("system", "workers", "round trips/s", "p50 ms", "p99 ms", "errors/waits")
     header += ("vs ceiling", "vs Salmon", "server CPU", "db CPU", "client CPU", "connections")
-    line = "{:42s} {:>7s} {:>16s} {:>8s} {:>8s} {:>6s} {:>10s} {:>9s} {:>10s} {:>10s} {:>10s}  {}"
+    line = "{:42s} {:>7s} {:>16s} {:>8s} {:>8s} {:>12s} {:>10s} {:>9s} {:>10s} {:>10s} {:>10s}  {}"
     print(line.format(*header))
     for row in rows:
         for n in workers:
@@ -660,7 +712,7 @@ def report(
                     spread,
                     f"{percentile(latencies, 50):.1f}",
                     f"{percentile(latencies, 99):.1f}",
-                    str(sum(r.errors for r in done)),
+                    f"{sum(r.errors for r in done)}/{sum(r.waits for r in done)}",
                     f"{mean / rate('bare', n):.2f}",
                     f"{mean / rate('salmon', n):.2f}x",
                     f"{server:.2f} ms",
