@@ -31,7 +31,7 @@ browser:
 
 ## test: set everything up and run the whole suite (SQLite, PostgreSQL, browser)
 test: $(STAMP) browser
-	$(BIN)/ruff check app tripletlab tests bench migrations docs
+	$(BIN)/ruff check app tripletlab tests bench migrations docs/hooks
 	$(BIN)/pytest
 
 ## docs: build the documentation site into site/ (as the suite does, strictly)
@@ -39,8 +39,8 @@ docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
 lint: $(STAMP)
-	$(BIN)/ruff check app tripletlab tests bench migrations docs
-	$(BIN)/ruff format --check app tripletlab tests bench migrations docs
+	$(BIN)/ruff check app tripletlab tests bench migrations docs/hooks
+	$(BIN)/ruff format --check app tripletlab tests bench migrations docs/hooks
 
 clean:
 	rm -rf $(VENV) data site .pytest_cache .ruff_cache

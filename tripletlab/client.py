@@ -222,6 +222,39 @@ class Client:
         ``mturk_external_question``."""
         return self._json("GET", f"/api/projects/{slug}/link")
 
+    def simulate(
+        self,
+        slug: str,
+        answers: int = 500,
+        *,
+        workers: int = 4,
+        noise: float = 0.1,
+        seed: int = 0,
+    ) -> int:
+        """Let simulated workers answer ``answers`` questions through the worker API, as
+        ``tripletlab simulate`` does: a pilot before the crowd, or a tutorial without one.
+
+        They answer triplets from the objects' feature vectors (each answer flipped with
+        probability ``noise``) and pairs by the objects' ``target``; their answers are
+        stored with source ``simulated``. Returns the number of answers given (fewer when
+        the study has nothing more to ask). Objects without feature vectors, or an unknown
+        project, raise ``app.simulate.SimulationError``.
+        """
+        from app.simulate import simulate
+
+        done = simulate(
+            self.base_url,
+            slug,
+            self._http.headers["Authorization"].removeprefix("Bearer "),
+            workers=workers,
+            answers=answers,
+            noise=noise,
+            seed=seed,
+        )
+        if done.errors and not done.answers:
+            raise RuntimeError(f"simulated workers failed: {done.errors[0]}")
+        return done.answers
+
     def participants(self, slug: str) -> pd.DataFrame:
         """Each participant's answers and quality figures (gold accuracy, fast share,
         position bias, consistency) and flag."""
@@ -249,8 +282,9 @@ class Client:
 
     def triplets(self, slug: str) -> np.ndarray:
         """The triplet answers as an int64 array ``(m, 3)``, rows ``(a, b, c)`` meaning a
-        is closer to b than to c: ``triplets.npy``, the format of cblearn and
-        :mod:`app.learning`."""
+                is closer to b than to c: ``triplets.npy``, the format of cblearn and
+        :mod:`app.learning`. Gold questions (attention checks) are left out, as training
+                leaves them out; :meth:`answers` has them."""
         response = self.request("GET", f"/api/projects/{slug}/answers/triplets.npy")
         return np.load(io.BytesIO(response.content), allow_pickle=False).reshape(-1, 3)
 
