@@ -1,7 +1,7 @@
 """The docs' reference tables, generated from the code when the site is built.
 
-A page that holds a marker gets the table in its place: ``<!-- generated: settings -->`` the
-settings of :class:`app.config.Settings` (each field's variable, default and description),
+A page that holds a marker gets the reference in its place: ``<!-- generated: settings -->``
+the settings of :class:`app.config.Settings` (each field's variable, default and description),
 ``<!-- generated: cli -->`` the commands of the ``tripletlab`` command line (app/cli.py),
 with their arguments and options. Nothing is written by hand, so they cannot drift from the
 code (Datasette keeps its references the same way, with cog). mkdocs loads this file as a
@@ -39,19 +39,17 @@ def _default(value: Any) -> str:
     return f"`{value}`"
 
 
-def settings_table() -> str:
-    """Every setting as a row: variable, default, meaning."""
+def settings_reference() -> str:
+    """Every setting as a section: its variable (a heading, so it has an anchor), its
+    default, and what it does."""
     prefix = Settings.model_config.get("env_prefix", "")
-    rows = [
-        "| variable | default | meaning |",
-        "|---|---|---|",
-    ]
+    parts = []
     for name, field in Settings.model_fields.items():
-        variable = f"`{prefix}{name.upper()}`"
-        rows.append(
-            f"| {variable} | {_default(field.default)} | {_cell(field.description or '')} |"
+        description = " ".join((field.description or "").split())
+        parts.append(
+            f"### `{prefix}{name.upper()}`\n\nDefault: {_default(field.default)}\n\n{description}\n"
         )
-    return "\n".join(rows)
+    return "\n".join(parts)
 
 
 # typer builds click commands (its own vendored copy of click in recent versions): read them
@@ -112,7 +110,7 @@ def cli_reference() -> str:
 def on_page_markdown(markdown: str, **kwargs: Any) -> str:
     """mkdocs' hook: put the generated tables in place of their markers."""
     if SETTINGS_MARKER in markdown:
-        markdown = markdown.replace(SETTINGS_MARKER, settings_table())
+        markdown = markdown.replace(SETTINGS_MARKER, settings_reference())
     if CLI_MARKER in markdown:
         markdown = markdown.replace(CLI_MARKER, cli_reference())
     return markdown
