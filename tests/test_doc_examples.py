@@ -6,6 +6,7 @@
 - The README's first study, and the Python tutorial (docs/tutorial/python.md) as a notebook:
   its cells run in order in one namespace.
 - The Python client page's example (docs/guide/client.md).
+- The learning library's examples (docs/learning/index.md), as one notebook, without a server.
 
 Only two things are changed before running: the key (``KEY=tl_...`` in shell, ``"tl_..."`` in
 Python) gets a real one, and the address (``localhost:8000``, ``http://127.0.0.1:8000``) the
@@ -145,6 +146,21 @@ def test_the_client_page_example_runs(live, tmp_path, monkeypatch, capsys):
     run_python(cells, url, key, tmp_path, monkeypatch)  # again: the slug is taken, said so
     again = capsys.readouterr().out.splitlines()
     assert again[0].startswith("409 ") and "portraits" in again[0] and again[-1] == "6"
+
+
+@pytest.mark.slow
+def test_the_learning_library_examples_run_as_a_notebook():
+    cells = blocks((DOCS / "learning/index.md").read_text(), "python")
+    assert len(cells) >= 6  # one per family: TripletBoost, kernels, embeddings, CompRF, ...
+    notebook: dict = {"__name__": "__docs__"}
+    for number, cell in enumerate(cells):
+        exec(compile(cell, f"<cell {number}>", "exec"), notebook)
+    X, y, unlabelled = notebook["X"], notebook["y"], notebook["unlabelled"]
+    assert notebook["xy"].shape == (len(X), 2) and len(set(notebook["labels"])) == 3
+    assert notebook["est"].score(notebook["held_out_triplets"]) > 0.7
+    forest = notebook["clf"].predict(notebook["oracle"], unlabelled)
+    assert (forest == y[unlabelled]).mean() > 0.6  # three blobs, chance is a third
+    assert notebook["ranks"].shape == (len(X),)
 
 
 @pytest.mark.slow
