@@ -366,6 +366,19 @@ class Client:
         rows = self._json("GET", f"/api/projects/{slug}/models", params=params)["data"]
         return _pandas().json_normalize(rows)
 
+    def advice(
+        self, slug: str, kind: str, target: float = 0.9, metric: str | None = None
+    ) -> dict[str, Any]:
+        """How many more answers a model of ``kind`` needs to reach ``target``, from the
+        learning curve of the models trained so far: ``status`` (``reached``,
+        ``reachable`` with ``further_answers`` and its interval, ``not_reachable``, or
+        ``insufficient_data`` before 3 models at different answer counts), the fitted curve
+        and its band."""
+        params: dict[str, Any] = {"kind": kind, "target": target}
+        if metric is not None:
+            params["metric"] = metric
+        return self._json("GET", f"/api/projects/{slug}/advice", params=params)
+
     def predictions(self, model_id: int, k: int = 1) -> pd.DataFrame:
         """A model's predictions for the unlabelled objects, one row each: TripletBoost's
         label (or abstention) and scores, CompRF's label and class shares (or target and

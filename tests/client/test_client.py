@@ -158,6 +158,10 @@ def test_a_study_from_python(server: Server, client: Client):
     curve = client.models("lines", kind="embedding")
     assert curve["id"].tolist() == [model["id"]] and "metrics.heldout_triplet_accuracy" in curve
 
+    advice = client.advice("lines", "embedding", target=0.9)
+    assert len(advice["points"]) == 1  # the one model so far: its answers and its figure
+    assert advice["status"] in ("reached", "insufficient_data")  # no curve from one point
+
     queued = client.train("lines", "embedding", {"dims": 1}, wait=False)
     assert queued["status"] in ("queued", "running", "succeeded")
     assert client.wait(queued["id"])["params"]["dims"] == 1
