@@ -2,18 +2,25 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# `make run` installs what serving needs and nothing else; `make test` adds the client's
+# pandas, the docs site's mkdocs and the test tooling (Playwright, schemathesis, ruff, ...).
+SERVE := $(VENV)/.serve
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench-deps clean browser
+.PHONY: run test docs lint bench-deps clean browser
 
-$(STAMP): pyproject.toml
+$(SERVE): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(SERVE)
+
+$(STAMP): $(SERVE)
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
-## run: set everything up and serve on http://127.0.0.1:8000 with the digits demo
-run: $(STAMP)
+## run: set up what serving needs and serve on http://127.0.0.1:8000 with the digits demo
+run: $(SERVE)
 	$(BIN)/tripletlab serve
 
 ## browser: Debian's Chromium for the browser tests (Playwright drives it; nothing is downloaded)
@@ -24,12 +31,16 @@ browser:
 
 ## test: set everything up and run the whole suite (SQLite, PostgreSQL, browser)
 test: $(STAMP) browser
-	$(BIN)/ruff check app tests bench migrations
+	$(BIN)/ruff check app tripletlab tests bench migrations docs/hooks
 	$(BIN)/pytest
 
+## docs: build the documentation site into site/ (as the suite does, strictly)
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
 lint: $(STAMP)
-	$(BIN)/ruff check app tests bench migrations
-	$(BIN)/ruff format --check app tests bench migrations
+	$(BIN)/ruff check app tripletlab tests bench migrations docs/hooks
+	$(BIN)/ruff format --check app tripletlab tests bench migrations docs/hooks
 
 clean:
-	rm -rf $(VENV) data .pytest_cache .ruff_cache
+	rm -rf $(VENV) data site .pytest_cache .ruff_cache

@@ -10,14 +10,17 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class Settings(BaseSettings):
-    """Every knob of Triplet Lab; each field is documented in the README (a test checks)."""
+    """Every knob of Triplet Lab. The docs' settings table is generated from these fields and
+    their descriptions (docs/hooks/reference.py; tests/test_docs.py checks every field has one)."""
 
     model_config = SettingsConfigDict(env_prefix="TRIPLETLAB_", env_file=".env", extra="ignore")
 
     database_url: str = Field(
         default="sqlite:///./data/tripletlab.db",
         description="SQLAlchemy URL of the database. SQLite (WAL mode, foreign keys on) by "
-        "default; `postgresql+psycopg://user@host:5432/db` in production.",
+        "default: a commit that stores answers waits for the disk (`synchronous=FULL`), the "
+        "others do not (`NORMAL`: safe against a crash of the app, not of the machine). "
+        "`postgresql+psycopg://user@host:5432/db` in production.",
     )
     host: str = Field(default="127.0.0.1", description="Address `tripletlab serve` binds to.")
     port: int = Field(default=8000, description="Port `tripletlab serve` listens on.")
@@ -27,15 +30,21 @@ class Settings(BaseSettings):
         "X-Forwarded-For and X-Forwarded-Proto `tripletlab serve` trusts: a request from one "
         "of them counts as from the address the proxy names (rate limits per address, the "
         "scheme of worker links). Behind a proxy on another host, name it here, or every "
-        "client has the proxy's address and shares its rate limit.",
+        "client has the proxy's address and shares its rate limit (`docker-compose.yml` sets "
+        "`*`: only its nginx reaches the app containers, and it sets X-Forwarded-For to the "
+        "client's address, replacing any the client sent).",
     )
     web_workers: int | None = Field(
         default=None,
         ge=1,
-        description="Server processes `tripletlab serve` starts (each a uvicorn server on a "
-        "socket of its own, app/supervisor.py); default 2, "
-        "on PostgreSQL and on SQLite (bench/worker_throughput.py). One of them runs the job "
-        "runner unless `TRIPLETLAB_RUN_JOBS` is false.",
+        description="Server processes `tripletlab serve` starts (`--workers`); default 2, "
+        "on PostgreSQL and on SQLite (bench/worker_throughput.py). Each is a uvicorn server "
+        "listening on a socket of its own (`SO_REUSEPORT`: connections spread evenly; "
+        "app/supervisor.py); a dead one is replaced, `kill -HUP` replaces them one by one "
+        "without downtime, and they stop with `serve`, even when it is killed outright. One "
+        "of them runs the job runner unless `TRIPLETLAB_RUN_JOBS` is false, so trainings do "
+        "not double with the processes. On SQLite they write one at a time, in line on the "
+        "writer lock (`<database>-writer`).",
     )
     data_dir: Path = Field(
         default=Path("./data"),
@@ -123,8 +132,9 @@ class Settings(BaseSettings):
     worker_rate_session: float = Field(
         default=10.0,
         ge=0,
-        description="Worker API requests per second one session may send, sustained "
-        "(each question is two: next and answer); over it, 429 with Retry-After. 0: no limit.",
+        description="Worker API requests per second one session may send, sustained (a "
+        "question is one request: the reply to an answer carries the next question; opening "
+        "or resuming a session adds two); over it, 429 with Retry-After. 0: no limit.",
     )
     worker_burst_session: int = Field(
         default=40, ge=1, description="Worker API requests one session may send at once."
@@ -170,7 +180,7 @@ class Settings(BaseSettings):
     def server_processes(self) -> int:
         """``web_workers``, or 2: at 50 workers a second process carried 24-43% more answers
         on PostgreSQL, and 37% more on SQLite once its writers waited on
-        :class:`app.db.session.WriterLock` (README, worker throughput); at 1 and 10 workers
+        :class:`app.db.session.WriterLock` (CHANGELOG.md, 2026-11-24); at 1 and 10 workers
         the same within the spread."""
         if self.web_workers is not None:
             return self.web_workers

@@ -44,7 +44,7 @@ class AdaptiveTriplets(Strategy):
         ``score="bald"``, the mutual information between the answer and all three
         positions under a Laplace posterior (Houlsby et al. 2011), or
         ``score="predictive"``, the entropy of the answer averaged over that posterior
-        (on our benchmark the plain entropy needs the fewest answers; see the README);
+        (on our benchmark the plain entropy needs the fewest answers; docs/benchmarks.md);
         ``"k1"`` / ``"k2"``
         follow the triplet kernels of Kleindessner & von Luxburg (2017) and ask the
         comparisons that support their least-known kernel values (no model needed, the

@@ -29,7 +29,7 @@ Two scorers, both given the answers so far and a seeded generator:
   On ``bench/active_embedding.py`` (blobs30, 3 seeds, noise 0/10/20%) the entropy needs
   the fewest answers; both information gains steer most questions inside one cluster
   (60% against 9% of random triplets), fine detail that a uniformly random held-out
-  triplet rarely asks about — see the README's "Adaptive questions".
+  triplet rarely asks about — see docs/benchmarks.md, "Adaptive questions".
 * :func:`rank_kernel_triplets` serves the triplet kernels k1 and k2 of Kleindessner &
   von Luxburg (2017), whose k(i, j) is the agreement of two objects' feature vectors
   over the comparisons both took part in (their Eq. (2) and the feature map of Eq. (5)).

@@ -373,7 +373,7 @@ class TripletKernel(BaseEstimator):
         return gram
 
     def kernel_block(self, rows: ArrayLike, columns: ArrayLike) -> np.ndarray:
-        """K[rows][:, columns] from Φ without forming K (shift applied where row == column)."""
+        """``K[rows][:, columns]`` from Φ without forming K (shift applied where row == column)."""
         check_is_fitted(self, "features_")
         rows = self._check_objects(rows, "rows")
         columns = self._check_objects(columns, "columns")

@@ -214,10 +214,16 @@ def stream_csv(db: Session, project: Project) -> Iterator[bytes]:
 
 
 def triplets_array(db: Session, project: Project) -> np.ndarray:
-    """Every triplet answer as an int array (m, 3) of rows (a, b, c), in answer order."""
+    """Every triplet answer as an int array (m, 3) of rows (a, b, c), in answer order.
+
+    Gold questions are left out, as training leaves them out (app/training/data.py): they
+    are attention checks, not data, and an identity check's row (a, a, c) is no triplet in
+    the format of app.learning and cblearn, whose checkers refuse it. The JSON and CSV
+    exports keep them, marked with their strategy."""
     rows = db.execute(
         select(Answer.a, Answer.b, Answer.c)
         .where(Answer.project_id == project.id, Answer.kind == "triplet")
+        .where((Answer.strategy.is_(None)) | (Answer.strategy != "gold"))
         .where(imports.visible_answers())
         .order_by(Answer.id)
     ).all()

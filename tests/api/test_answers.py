@@ -8,7 +8,15 @@ import io
 import numpy as np
 import pytest
 
-from tests.factories import make_objects, make_project, random_triplets
+from app.learning.triplets import check_triplets
+from tests.factories import (
+    answer_all,
+    make_objects,
+    make_project,
+    open_session,
+    random_triplets,
+    set_plan,
+)
 
 
 @pytest.fixture
@@ -91,6 +99,22 @@ def test_export_npy(client, auth_headers, project):
     assert array.shape == (40, 3)
     assert array.dtype.kind == "i"
     np.testing.assert_array_equal(array, triplets)
+
+
+def test_export_npy_leaves_out_gold_questions(client, auth_headers, project):
+    """Identity checks are rows (a, a, c): attention checks, not triplets in the library's
+    format. The npy leaves out every gold question, as training does; the JSON keeps them."""
+    set_plan(client, auth_headers, "ans", gold_rate=0.5, queries_per_session=30)
+    session_id, headers = open_session(client, "ans")
+    answered = answer_all(client, session_id, headers)
+    exported = client.get("/api/projects/ans/answers", headers=auth_headers).json()
+    gold = [row for row in exported if row["strategy"] == "gold"]
+    assert len(exported) == len(answered) == 30 and gold
+    assert any(row["a"] == row["b"] for row in gold)  # identity checks among them
+    response = client.get("/api/projects/ans/answers/triplets.npy", headers=auth_headers)
+    array = np.load(io.BytesIO(response.content), allow_pickle=False)
+    assert len(array) == 30 - len(gold)
+    check_triplets(array, 10)  # every row three distinct objects
 
 
 def test_export_of_an_empty_project(client, auth_headers, project):

@@ -3,7 +3,7 @@
 A kind module defines ``KIND``, a :class:`~app.training.kinds._common.ModelKindSpec` named
 like the module, that declares its params model, its requirements (the 422 reasons), its
 train function with its honest figures, and its prediction routes. Schemas, jobs, serving,
-the routers, the CLI and the README's kind table (kept in step by
+the routers, the CLI and the kind table of docs/guide/models.md (kept in step by
 ``tests/training/test_registry.py``) read :data:`KINDS`; adding a kind is adding a module.
 
 The kinds are imported on first use of :data:`KINDS` (PEP 562), so that reading their names

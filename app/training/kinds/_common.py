@@ -61,7 +61,7 @@ class ModelKindSpec:
     name : str
         The ``kind`` of requests and models.
     learns : str
-        One line for the README's kind table.
+        One line for the kind table of docs/guide/models.md.
     params : type[Params]
         The pydantic model of the job's ``params`` (unknown keys are refused).
     requirements : callable ``(data, params) -> list[str]``
