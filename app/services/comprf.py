@@ -13,6 +13,8 @@ rebuilt by replaying every answer whenever the row is missing.
 
 from __future__ import annotations
 
+import copy
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -164,6 +166,25 @@ def current_forest(
 
     Without a stored row (or one of another plan) the forest is replayed from all answers.
     """
+    with _forests_lock:
+        return _current_forest(db, project, strategy, position, setup, save=save)
+
+
+# The forests kept are advanced in place: by the producer thread, a request's fill and the
+# progress route of one process. One at a time (an answer applied twice by two threads was
+# counted twice); held by the callers that read a forest after advancing it.
+_forests_lock = threading.RLock()
+
+
+def _current_forest(
+    db: Session,
+    project: Project,
+    strategy: ComparisonForestStrategy,
+    position: int,
+    setup: dict[str, Any],
+    *,
+    save: bool,
+) -> Forest:
     key = (project.id, project.created_at, position)  # an id SQLite reuses is another project
     stored_at = db.scalar(_STORED_AT, {"project": project.id, "position": position})
     kept = _kept.get(key)
@@ -267,10 +288,11 @@ def prepare_strategies(
         if not isinstance(strategy, ComparisonForestStrategy):
             continue
         setup = _setup(db, project, strategy, state, position)
-        forest = current_forest(db, project, strategy, position, setup, save=True)
-        pending = forest.pending()
-        _close_decided(db, project, position, pending)
-        askable = _askable(db, project, forest, pending)
+        with _forests_lock:
+            forest = current_forest(db, project, strategy, position, setup, save=True)
+            pending = forest.pending()
+            _close_decided(db, project, position, pending)
+            askable = _askable(db, project, forest, pending)
         strategy.attach(forest, askable, len(pending))
         waiting = waiting or bool(pending)
     return waiting
@@ -411,7 +433,9 @@ def forests(db: Session, project: Project, *, save: bool = False) -> list[tuple[
         setup = state["strategies"][position]
         if "n_objects" not in setup:
             setup = strategy.setup(object_labels(db, project))
-        out.append((position, current_forest(db, project, strategy, position, setup, save=save)))
+        with _forests_lock:  # a copy: the forest kept goes on growing in other threads
+            forest = current_forest(db, project, strategy, position, setup, save=save)
+            out.append((position, copy.deepcopy(forest)))
     return out
 
 

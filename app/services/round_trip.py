@@ -33,8 +33,8 @@ import asyncio
 import json
 import logging
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -72,6 +72,7 @@ from app.services.quality import SET_AUTOMATIC_FLAG, flag_change
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 16  # answers in one statement at most (the others' answers wait behind it)
+MAX_GROUP = 64  # answers in one SQLite transaction at most
 SPARE_CANDIDATES = 2  # open questions a batch claims beyond one per answer
 MAX_CLIENT_MS = 24 * 3600 * 1000
 FILL_ATTEMPTS = 5  # fills a slow path tries before it asks the worker to wait
@@ -213,38 +214,62 @@ def _shown_query(
     )
 
 
-# -- PostgreSQL: answers in one statement -------------------------------------------------------
+# -- answers stored together, one way per database ---------------------------------------------
 
 
+@dataclass
 class _Waiting:
-    __slots__ = ("ctx", "future", "params")
-
-    def __init__(self, ctx: Context, params: dict[str, Any], future: asyncio.Future[Stored]):
-        self.ctx = ctx
-        self.params = params
-        self.future = future
+    ctx: Context
+    params: dict[str, Any]
+    future: asyncio.Future[Stored]
 
 
-class Batches:
-    """The answers waiting for one event loop's connections to one database, and their
-    senders, one per connection: a free sender takes every answer waiting, up to
-    :data:`MAX_BATCH` of one project and plan and distinct sessions, and sends them in one
-    statement. Nothing waits for a batch to fill: an answer that finds a sender free goes at
-    once, alone. A statement's own cost on the server (bind, locks, starting its plan,
-    commit) was more than half of PostgreSQL's CPU per round trip; batched, it is paid once
-    (bench/results/answer_batches.txt)."""
+class _Take:
+    """The answers a sender sends: taken from the line at the first call (once the sender
+    can send them: its connection lent, its write lock held), the same at every call after."""
 
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self._connections = loop_connections(engine)
+    def __init__(self, take: Callable[[], list[_Waiting]]) -> None:
+        self._from, self._taken = take, None
+
+    def __call__(self) -> list[_Waiting]:
+        if self._taken is None:
+            self._taken = self._from()
+        return self._taken
+
+
+Send = Callable[[_Take], Awaitable[list[Stored | Exception]]]
+
+
+class Line:
+    """The answers waiting to be stored in this event loop, and their senders: a free sender
+    takes every answer waiting (:meth:`_take`) and stores them together with ``send``, up to
+    ``senders`` at a time. Nothing waits for a batch to fill: an answer that finds a sender
+    free goes at once, alone.
+
+    PostgreSQL (:func:`_postgres`): a sender per loop connection; its answers (up to
+    :data:`MAX_BATCH`, of one project and plan) go in one statement. A statement's own cost
+    on the server (bind, locks, starting its plan, commit) was more than half of
+    PostgreSQL's CPU per round trip; batched, it is paid once (bench/results/
+    answer_batches.txt). SQLite (:func:`_sqlite`): one sender (one writer at a time); the
+    answers that arrived while it waited for the write lock or the disk are stored in one
+    transaction, each in a savepoint, committed once, durably: one wait for the disk serves
+    them all (the commit was half of a round trip's serialised time, profiled). Its answers
+    are taken once it holds the lock (with two server processes a sender waited for the
+    other's writer most of the time, and answers arriving meanwhile waited for the next).
+    """
+
+    def __init__(self, send: Send, senders: int, most: int) -> None:
+        self._send_batch, self._senders_at_most, self._most = send, senders, most
         self._waiting: list[_Waiting] = []
+        self._taking = threading.Lock()  # a SQLite sender takes in its turn's thread
         self._sending = 0
         self._senders: set[asyncio.Task[None]] = set()  # held: the loop keeps weak ones
 
     async def store(self, ctx: Context, params: dict[str, Any]) -> Stored:
         future: asyncio.Future[Stored] = asyncio.get_running_loop().create_future()
-        self._waiting.append(_Waiting(ctx, params, future))
-        if self._sending < SIZE:
+        with self._taking:
+            self._waiting.append(_Waiting(ctx, params, future))
+        if self._sending < self._senders_at_most:
             self._sending += 1
             sender = asyncio.get_running_loop().create_task(self._send())
             self._senders.add(sender)
@@ -254,34 +279,14 @@ class Batches:
     async def _send(self) -> None:
         try:
             while self._waiting:
-                batch: list[_Waiting] = []
-                results: list[Stored | Exception]
+                take = _Take(self._take)
                 try:
-                    async with self._connections.connection() as connection:
-                        # Taken once the connection is lent: an answer whose request was
-                        # cancelled meanwhile is left out.
-                        batch = self._take()
-                        results = await _send_batch(connection, batch) if batch else []
-                except (psycopg.IntegrityError, psycopg.errors.TransactionRollback):
-                    # A race lost (another statement gave the participant the question
-                    # first; a deadlock ended this one): nothing changed, send them again.
-                    batch = batch or self._take()
-                    results = [Stored("again")] * len(batch)
-                except psycopg.OperationalError as error:  # the database is out of reach
-                    batch = batch or self._take()
-                    results = [DatabaseUnavailable(str(error))] * len(batch)
-                except Exception as error:
-                    batch = batch or self._take()
-                    if len(batch) > 1:  # each alone: only an answer that cannot be taken fails
-                        log.warning("a batch of %d answers failed", len(batch), exc_info=True)
-                        results = [Stored("alone")] * len(batch)
-                    else:
-                        results = [error] * len(batch)
+                    results = await self._send_batch(take)
                 except BaseException:  # cancelled (the loop shuts down): the requests too
-                    for waiting in batch or self._take():
+                    for waiting in take():
                         waiting.future.cancel()
                     raise
-                for waiting, result in zip(batch, results, strict=True):
+                for waiting, result in zip(take(), results, strict=True):
                     if waiting.future.done():
                         continue
                     if isinstance(result, Exception):
@@ -292,25 +297,52 @@ class Batches:
             self._sending -= 1
 
     def _take(self) -> list[_Waiting]:
-        batch: list[_Waiting] = []
-        left: list[_Waiting] = []
-        seen: set[str] = set()
-        for waiting in self._waiting:
-            if waiting.future.done():  # its request was cancelled
-                continue
-            if batch and (
-                len(batch) == MAX_BATCH
-                or waiting.ctx is not batch[0].ctx
-                or waiting.params["session"] in seen
-                or waiting.params["alone"]
-                or batch[0].params["alone"]
-            ):
-                left.append(waiting)
-                continue
-            batch.append(waiting)
-            seen.add(waiting.params["session"])
-        self._waiting = left
+        """The first answer waiting and those after it that may go with it: of the same plan
+        and other sessions, none sent alone; the rest wait on, in their order."""
+        with self._taking:
+            batch: list[_Waiting] = []
+            left: list[_Waiting] = []
+            seen: set[str] = set()
+            for waiting in self._waiting:
+                if waiting.future.done():  # its request was cancelled
+                    continue
+                params = waiting.params
+                if batch and (
+                    len(batch) == self._most
+                    or waiting.ctx is not batch[0].ctx
+                    or params["session"] in seen
+                    or params["alone"]
+                    or batch[0].params["alone"]
+                ):
+                    left.append(waiting)
+                    continue
+                batch.append(waiting)
+                seen.add(params["session"])
+            self._waiting = left
         return batch
+
+
+def _postgres(engine: Engine) -> Send:
+    connections = loop_connections(engine)
+
+    async def send(take: _Take) -> list[Stored | Exception]:
+        try:
+            async with connections.connection() as connection:
+                # Taken once the connection is lent: a request cancelled meanwhile is left out.
+                return await _send_batch(connection, take())  # type: ignore[return-value]
+        except (psycopg.IntegrityError, psycopg.errors.TransactionRollback):
+            # A race lost (another statement gave the participant the question first; a
+            # deadlock ended this one): nothing changed, send them again.
+            return [Stored("again") for _ in take()]
+        except psycopg.OperationalError as error:  # the database is out of reach
+            return [DatabaseUnavailable(str(error)) for _ in take()]
+        except Exception as error:
+            if len(take()) > 1:  # each alone: only an answer that cannot be taken fails
+                log.warning("a batch of %d answers failed", len(take()), exc_info=True)
+                return [Stored("alone") for _ in take()]
+            return [error]
+
+    return send
 
 
 async def _send_batch(
@@ -324,14 +356,20 @@ async def _send_batch(
     found = await rows_async(connection, round_trip_sql.ANSWER_BATCH, params)
     results = [_stored_pg(row, batch[row.ord - 1].params) for row in found]
     for result in results:
-        if result.counts is not None and rules.review_due(result.answered, result.finished):
-            change = flag_change(result.counts, ctx.plan)  # type: ignore[arg-type]
-            if change is not None:
-                await rows_async(connection, _SET_FLAG, change)
+        change = _review(ctx, result)
+        if change is not None:
+            await rows_async(connection, _SET_FLAG, change)
     return results
 
 
 _SET_FLAG = round_trip_sql.Statement(SET_AUTOMATIC_FLAG.postgresql + " RETURNING id", "")
+
+
+def _review(ctx: Context, stored: Stored) -> dict[str, Any] | None:
+    """The participant's new flag after a stored answer, if a review is due and changes it."""
+    if stored.counts is None or not rules.review_due(stored.answered, stored.finished):
+        return None
+    return flag_change(stored.counts, ctx.plan)  # type: ignore[arg-type]
 
 
 def _stored_pg(row: Any, params: dict[str, Any]) -> Stored:
@@ -352,104 +390,60 @@ def _stored_pg(row: Any, params: dict[str, Any]) -> Stored:
     return Stored("stored", row.answered, row.total, finished, row, shown, row.question_id)
 
 
-_batches: WeakKeyDictionary[Any, Batches] = WeakKeyDictionary()
+def _sqlite(sessions_of: Callable[[], Session], in_turn: Callable[..., Any]) -> Send:
+    async def send(take: _Take) -> list[Stored | Exception]:
+        return await in_turn(_store_group, sessions_of, take)
+
+    return send
 
 
-def _batches_of(engine: Engine) -> Batches:
-    loop = asyncio.get_running_loop()
-    per_loop = _batches.get(loop)
-    if per_loop is None or per_loop._engine is not engine:
-        per_loop = _batches[loop] = Batches(engine)
-    return per_loop
-
-
-# -- SQLite: answers in one transaction ---------------------------------------------------------
-
-
-@dataclass
-class _Pending:
-    ctx: Context
-    params: dict[str, Any]
-    future: asyncio.Future[Stored]
-
-
-@dataclass
-class Groups:
-    """Group commit on SQLite: the answers that arrive while a transaction waits for the
-    write lock or the disk are stored together in the next one, each in its own savepoint,
-    and committed once, durably. One wait for the disk serves the group: the wait, not the
-    work, bounded answers per second (profiled: the commit was half of a round trip's
-    serialised time on SQLite). A group's answers are taken once its turn holds the write
-    lock (with two server processes a turn waited for the other's writer most of the time).
-    """
-
-    sessions: Callable[[], Session]
-    in_turn: Callable[..., Any]
-    pending: list[_Pending] = field(default_factory=list)
-    taking: threading.Lock = field(default_factory=threading.Lock)
-    task: asyncio.Task[None] | None = None
-
-    async def store(self, ctx: Context, params: dict[str, Any]) -> Stored:
-        future: asyncio.Future[Stored] = asyncio.get_running_loop().create_future()
-        with self.taking:
-            self.pending.append(_Pending(ctx, params, future))
-        if self.task is None:
-            self.task = asyncio.create_task(self._drain())
-        return await future
-
-    def _take(self) -> list[_Pending]:
-        with self.taking:
-            group, self.pending = self.pending[:64], self.pending[64:]
-        return group
-
-    async def _drain(self) -> None:
+def _store_group(sessions_of: Callable[[], Session], take: _Take) -> list[Stored | Exception]:
+    """In the turn's thread: hold the write lock, then store the answers waiting."""
+    with sessions_of() as db:
         try:
-            while self.pending:
-                stored = await self.in_turn(self._store_taken)
-                for pending, result in stored:
-                    if pending.future.done():
-                        continue
-                    if isinstance(result, BaseException):
-                        pending.future.set_exception(result)
-                    else:
-                        pending.future.set_result(result)
-        finally:
-            self.task = None
-            for pending in self._take():  # left only if this task was cancelled
-                if not pending.future.done():
-                    pending.future.set_exception(RuntimeError("the server is shutting down"))
-
-    def _store_taken(self) -> list[tuple[_Pending, Stored | Exception]]:
-        """In the turn's thread: hold the write lock, then store the answers waiting."""
-        with self.sessions() as db:
+            ensure_write(db, durable=True)
+        except Exception as error:  # e.g. the database is unreachable: all learn it
+            return [error for _ in take()]
+        group = take()
+        results: list[Stored | Exception] = []
+        connection = db.connection()
+        alone = len(group) == 1  # no other answer to keep if it fails: no savepoint
+        for waiting in group:
+            if not alone:
+                run_text(connection, "SAVEPOINT answer")
             try:
-                ensure_write(db, durable=True)
-            except Exception as error:  # e.g. the database is unreachable: all learn it
-                return [(pending, error) for pending in self._take()]
-            group = self._take()
-            results: list[Stored | Exception] = []
-            connection = db.connection()
-            alone = len(group) == 1  # no other answer to keep if it fails: no savepoint
-            for pending in group:
+                results.append(_store_sqlite(db, waiting.ctx, waiting.params))
                 if not alone:
-                    run_text(connection, "SAVEPOINT answer")
-                try:
-                    results.append(_store_sqlite(db, pending.ctx, pending.params))
-                    if not alone:
-                        run_text(connection, "RELEASE answer")
-                except Exception as error:
-                    if alone:
-                        db.rollback()
-                    else:
-                        run_text(connection, "ROLLBACK TO answer")
-                        run_text(connection, "RELEASE answer")
-                    results.append(error)
-            try:
-                db.commit()
-            except Exception as error:  # its commit failed: none of them is stored
-                db.rollback()
-                results = [error] * len(group)
-        return list(zip(group, results, strict=True))
+                    run_text(connection, "RELEASE answer")
+            except Exception as error:
+                if alone:
+                    db.rollback()
+                else:
+                    run_text(connection, "ROLLBACK TO answer")
+                    run_text(connection, "RELEASE answer")
+                results.append(error)
+        try:
+            db.commit()
+        except Exception as error:  # its commit failed: none of them is stored
+            db.rollback()
+            results = [error] * len(group)
+    return results
+
+
+_lines: WeakKeyDictionary[Any, Line] = WeakKeyDictionary()
+
+
+def _line(engine: Engine, sessions_of: Callable[[], Session], in_turn: Callable[..., Any]) -> Line:
+    """This event loop's line of answers (one database per process)."""
+    loop = asyncio.get_running_loop()
+    line = _lines.get(loop)
+    if line is None:
+        if engine.dialect.name == "postgresql":
+            line = Line(_postgres(engine), SIZE, MAX_BATCH)
+        else:
+            line = Line(_sqlite(sessions_of, in_turn), 1, MAX_GROUP)
+        _lines[loop] = line
+    return line
 
 
 def _store_sqlite(db: Session, ctx: Context, answer: dict[str, Any]) -> Stored:
@@ -469,10 +463,9 @@ def _store_sqlite(db: Session, ctx: Context, answer: dict[str, Any]) -> Stored:
     session = first(conn, round_trip_sql.SESSION, params)
     counts = first(conn, round_trip_sql.COUNTS, {**params, "answer": stored.id})
     finished = session.finished_at is not None
-    if rules.review_due(session.answered, finished):
-        change = flag_change(counts, ctx.plan)  # type: ignore[arg-type]
-        if change is not None:
-            run(conn, SET_AUTOMATIC_FLAG, change)
+    change = _review(ctx, Stored("stored", session.answered, 0, finished, counts))
+    if change is not None:
+        run(conn, SET_AUTOMATIC_FLAG, change)
     shown = question = None
     if params["claim_next"] and not finished:
         question = pool.first_open(db, ctx.project_id, held.participant, params["max_views"])
@@ -712,10 +705,7 @@ async def record_answer(
             return await in_turn(_explain, sessions_of, session_id, authorization, data)
         params = _params(ctx, session_id, authorization, data, facts.answered)
         params["alone"] = alone
-        if engine.dialect.name == "postgresql":
-            stored = await _batches_of(engine).store(ctx, params)
-        else:
-            stored = await _groups_of(sessions_of, in_turn).store(ctx, params)
+        stored = await _line(engine, sessions_of, in_turn).store(ctx, params)
         if stored.status == "stored":
             return await _after(
                 engine, sessions_of, in_turn, ctx, session_id, authorization, stored
@@ -774,14 +764,3 @@ def _explain(
 ) -> AnswerRecorded:
     with sessions_of() as db:
         return explain_refusal(db, session_id, authorization, data)
-
-
-_groups: WeakKeyDictionary[Any, Groups] = WeakKeyDictionary()
-
-
-def _groups_of(sessions_of: Callable[[], Session], in_turn: Callable[..., Any]) -> Groups:
-    loop = asyncio.get_running_loop()
-    group = _groups.get(loop)
-    if group is None:
-        group = _groups[loop] = Groups(sessions_of, in_turn)
-    return group

@@ -97,15 +97,18 @@ def test_two_servers_build_the_trees_a_serial_replay_builds(engine, tmp_path):
             .where(Answer.project_id == project.id, ~Query.is_repeat)
             .order_by(Answer.id)
         ).all()
-        # no question collected more than its 3 answers, each from a distinct participant
+        # every question collected its 3 answers, each from a distinct participant, and no
+        # more than the places it was given: an extra one only where every question the
+        # trees waited for was out with someone (the narrowest margins), and few of those
         per_key = Counter((a.a, min(a.b, a.c), max(a.b, a.c)) for a in answers)
-        assert set(per_key.values()) == {3}
+        assert min(per_key.values()) == 3
+        assert sum(n - 3 for n in per_key.values()) <= len(answers) // 4, per_key
         by_key: dict = {}
         for a in answers:
             by_key.setdefault((a.a, min(a.b, a.c), max(a.b, a.c)), set()).add(a.participant_id)
-        assert {len(p) for p in by_key.values()} == {3}
+        assert all(len(by_key[key]) == n for key, n in per_key.items())
         questions = db.scalars(select(Question).where(Question.project_id == project.id)).all()
-        assert all(q.answered == 3 and q.live == 0 and not q.is_open for q in questions)
+        assert all(q.answered == q.wanted >= 3 and q.live == 0 and not q.is_open for q in questions)
         # the forest the servers built is the one a serial replay of the answers builds
         [(_, built)] = forests(db, project)
         setup = project.plan_state["strategies"][0]

@@ -104,6 +104,7 @@ def test_flagged_answers_are_left_out_unless_asked(client, auth_headers, project
     answer_all(client, session_id, headers)
     participant = db.scalar(select(Participant).where(Participant.external_id == "spammer"))
     client.post(f"/api/projects/train/participants/{participant.id}/flag", headers=auth_headers)
+    db.rollback()  # a new transaction: the flag the request committed
     project = db.scalar(select(Project).where(Project.slug == "train"))
     assert len(load_training_data(db, project).triplets) == 30
     assert len(load_training_data(db, project, include_flagged=True).triplets) == 35
