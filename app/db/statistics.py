@@ -108,7 +108,7 @@ def analyze_after_bulk(db: Session, changed: Mapping[str, int]) -> list[str]:
     if not wanted:
         return []
     try:
-        counted = dict(db.execute(_COUNTED, {"tables": list(wanted)}).tuples())
+        counted = {t: n for t, n in db.execute(_COUNTED, {"tables": list(wanted)})}
         stale = [t for t, n in wanted.items() if t in counted and n > BULK_FRACTION * counted[t]]
         if stale:
             db.execute(text("SET LOCAL lock_timeout = '1s'"))
