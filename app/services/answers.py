@@ -109,7 +109,7 @@ def import_answers(
         imports.discard(db, import_id)
         raise
     yield False  # the planner's statistics of the grown table, so the next export is quick
-    analyze_after_bulk(db, {"answers": len(triplet_array) + len(pair_array)})
+    analyze_after_bulk(db, {"answers": len(triplet_array) + len(pair_array)}, share=0.0)
     return len(triplet_array), len(pair_array)
 
 

@@ -116,7 +116,7 @@ def import_objects(
         imports.discard(db, import_id)
         raise
     yield False  # the planner's statistics of the grown table (app.db.statistics)
-    analyze_after_bulk(db, {"objects": len(rows)})
+    analyze_after_bulk(db, {"objects": len(rows)}, share=0.0)
     return len(rows)
 
 

@@ -180,15 +180,24 @@ def test_an_import_and_a_deletion_analyse_the_tables_they_changed_at_once(schema
     assert _reltuples(schema_engine, "answers") == n
 
     with Session(schema_engine, expire_on_commit=False) as db:
-        # Smaller than BULK_ROWS, or than a tenth of the table: left to autovacuum.
-        assert imports.run(import_answers(db, db.merge(project), triplets[:500], [])) == (500, 0)
-        assert statistics.analyze_after_bulk(db, {"answers": n // 10}) == []
+        project = db.merge(project)
+        # Fewer rows than BULK_ROWS: left to autovacuum.
+        assert imports.run(import_answers(db, project, triplets[:500], [])) == (500, 0)
         assert _analysed(schema_engine)["answers"] == 1
-        assert statistics.analyze_after_bulk(db, {"answers": n // 10 + 100}) == ["answers"]
+        # An import of BULK_ROWS, a twelfth of the table: analysed all the same (the
+        # statistics know nothing of the project's new rows).
+        assert imports.run(import_answers(db, project, triplets[:1000], [])) == (1000, 0)
         assert _analysed(schema_engine)["answers"] == 2
+        counted = _reltuples(schema_engine, "answers")
+        assert counted == n + 1500
+        # Any other bulk change: only past a tenth of the table.
+        assert statistics.analyze_after_bulk(db, {"answers": int(counted // 10)}) == []
+        assert _analysed(schema_engine)["answers"] == 2
+        assert statistics.analyze_after_bulk(db, {"answers": int(counted // 10) + 1}) == ["answers"]
+        assert _analysed(schema_engine)["answers"] == 3
 
         delete_project(db, db.merge(project), force=True)
-    assert _analysed(schema_engine)["answers"] == 3  # emptied: analysed again
+    assert _analysed(schema_engine)["answers"] == 4  # emptied: analysed again
     assert _reltuples(schema_engine, "answers") == 0
     assert _analysed(schema_engine)["objects"] == 0  # 30 objects deleted: too few to matter
 
