@@ -239,3 +239,31 @@ def test_the_job_runner_logs_one_line_not_a_traceback_a_tick_while_the_database_
     assert (name, level) == ("uvicorn.error", logging.ERROR)
     assert message.startswith(f"database {unreachable} lost (OperationalError: connection ")
     assert not any(r.exc_info for r in logged.records)
+
+
+def test_a_full_disk_outside_the_database_is_the_same_503_and_other_os_errors_stay_500s(
+    logged,
+):
+    app = create_app(get_settings())
+    where = f"/data/media/{uuid.uuid4().hex}.png"
+
+    def write_media() -> None:  # as a write of an uploaded image would fail
+        raise OSError(errno.ENOSPC, "No space left on device", where)
+
+    def read_media() -> None:
+        raise OSError(errno.EACCES, "Permission denied", where)
+
+    app.add_api_route("/full", write_media, methods=["POST"])
+    app.add_api_route("/denied", read_media)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        full = [client.post("/full") for _ in range(2)]
+        denied = client.get("/denied")
+    for reply in full:
+        assert reply.status_code == 503
+        assert reply.json() == {"detail": faults.DISK_FULL_DETAIL}
+    assert denied.status_code == 500
+    said = logged.messages("uvicorn.error")
+    assert said == [
+        f"out of disk space at {where} (OSError: [Errno {errno.ENOSPC}] No space left on "
+        f"device: '{where}'): writes are refused with 503 until space is freed"
+    ]

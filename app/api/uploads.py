@@ -121,8 +121,8 @@ class BodySizeLimit:
     upload limit each request could pin ~50 MiB in the server (ten 47 MB posts to a session
     that did not exist grew a process from 331 to 790 MB, issue 31) where an answer is
     under 1 KiB. Whatever of a refused body still arrives, uvicorn reads and drops, so
-    the client gets its 413 once it has sent it (a connection closed under its feet would
-    lose the answer).
+    the client reads its 413 once it has sent the body (a connection closed while it sends
+    would reset, and the client would never see the 413).
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int, worker_max_bytes: int | None = None) -> None:
@@ -136,11 +136,10 @@ class BodySizeLimit:
             return
         worker = scope["path"].startswith(WORKER_PATHS)
         limit = self.worker_max_bytes if worker else self.max_bytes
-        message = _too_large(limit, worker)
         for name, value in scope.get("headers") or ():
             if name == b"content-length":
                 if value.isdigit() and int(value) > limit:
-                    await _refuse(send, message)
+                    await _refuse(send, _too_large(limit, worker))
                     return
                 break
         received = 0
@@ -164,7 +163,7 @@ class BodySizeLimit:
             await self.app(scope, limited_receive, tracking_send)
         except PayloadTooLarge:
             if not response_started:
-                await _refuse(send, message)
+                await _refuse(send, _too_large(limit, worker))
 
 
 def _too_large(limit: int, worker: bool) -> str:
