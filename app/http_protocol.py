@@ -135,6 +135,16 @@ class GuardedHttpToolsProtocol(OneWriteHttpToolsProtocol):
             self._watch = None
         super().connection_lost(exc)
 
+    def data_received(self, data: bytes) -> None:
+        if self._head_by is None and self._body_by is None:
+            cycle = self.cycle
+            if cycle is None or cycle.response_complete:
+                # Bytes between requests start the next one's clock, whatever they are:
+                # line breaks before a request call no parser callback, and uvicorn's
+                # keep-alive timer stops at any byte.
+                self._expect_head(begun=False)
+        super().data_received(data)
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
         if self._head_by is None:  # a request after another: its own time

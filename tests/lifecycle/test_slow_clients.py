@@ -84,6 +84,28 @@ def test_headers_sent_a_byte_at_a_time_get_408_and_the_connection_closes(server:
     assert body == {"detail": f"the request's headers took longer than {TIMEOUT_S} s"}
 
 
+def test_line_breaks_trickled_between_requests_do_not_hold_the_connection(server: Server):
+    # Bytes before a request call none of the parser's callbacks, and each one stopped
+    # uvicorn's keep-alive timer: with its own protocol the connection stayed open.
+    with connect(server) as connection:
+        connection.sendall(b"GET /api/w/none HTTP/1.1\r\nHost: t\r\n\r\n")
+        connection.settimeout(0.25)
+        received = b""
+        while b"\r\n\r\n" not in received:  # the 404's head
+            received += connection.recv(65536)
+        for _ in range(int(10 * TIMEOUT_S / 0.25)):
+            try:
+                connection.send(b"\r\n")
+                if connection.recv(65536) == b"":
+                    break  # closed by the server
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+        else:
+            pytest.fail("the connection was held open")
+
+
 def test_a_body_that_stops_arriving_gets_408(server: Server):
     with connect(server) as connection:
         connection.sendall(ANSWER_HEAD % 100 + b'{"token": ')  # and then nothing
