@@ -281,8 +281,10 @@ def probe_disk_full(tmp: Path) -> dict:
             "log": log_summary(server_log(data_dir)),
         }
     finally:
+        everyone = server.children() if server.process and server.process.poll() is None else []
         server.stop(timeout=60)
-        for _ in range(300):  # the server's processes may hold the file a moment longer
+        psutil.wait_procs(everyone, timeout=120)  # its processes hold the file until they end
+        for _ in range(300):
             if subprocess.run(["umount", str(mount)], capture_output=True).returncode == 0:
                 mount.rmdir()
                 break
