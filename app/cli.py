@@ -352,6 +352,26 @@ def simulate(
         raise typer.Exit(1)
 
 
+def _tls_files(certfile: str, keyfile: str) -> dict[str, str]:
+    """uvicorn's TLS arguments for the settings' certificate and key (none: plain HTTP); a
+    missing or half-given pair stops ``serve`` with a message saying which."""
+    if not certfile and not keyfile:
+        return {}
+    if not (certfile and keyfile):
+        given, missing = (
+            ("TRIPLETLAB_SSL_CERTFILE", "TRIPLETLAB_SSL_KEYFILE")
+            if certfile
+            else ("TRIPLETLAB_SSL_KEYFILE", "TRIPLETLAB_SSL_CERTFILE")
+        )
+        typer.echo(f"error: {given} is set but {missing} is not: give both, or neither", err=True)
+        raise typer.Exit(2)
+    for name, path in (("TRIPLETLAB_SSL_CERTFILE", certfile), ("TRIPLETLAB_SSL_KEYFILE", keyfile)):
+        if not Path(path).is_file():
+            typer.echo(f"error: {name}: no file at {path}", err=True)
+            raise typer.Exit(2)
+    return {"ssl_certfile": certfile, "ssl_keyfile": keyfile}
+
+
 @app.command()
 def serve(
     host: Annotated[str | None, typer.Option(help="Address to bind (default: settings).")] = None,
@@ -361,7 +381,8 @@ def serve(
         typer.Option(help="Server processes (default: web_workers, or 2)."),
     ] = None,
 ) -> None:
-    """Apply migrations, create the first admin key and the demo, then serve HTTP."""
+    """Apply migrations, create the first admin key and the demo, then serve HTTP (HTTPS
+    with TRIPLETLAB_SSL_CERTFILE and TRIPLETLAB_SSL_KEYFILE)."""
     import uvicorn
 
     from app.db.migrate import upgrade
@@ -373,6 +394,8 @@ def serve(
     settings = get_settings()
     host = host or settings.host
     port = port or settings.port
+    tls = _tls_files(settings.ssl_certfile, settings.ssl_keyfile)
+    scheme = "https" if tls else "http"
     upgrade(_engine())
     with _session() as db:
         secret = ensure_admin_key(db)
@@ -381,10 +404,11 @@ def serve(
     if secret:
         typer.echo("First start: created an admin API key. Store it now; it is not shown again:")
         typer.echo(f"    {secret}")
-    typer.echo(f"Triplet Lab on http://{host}:{port}  (API docs: http://{host}:{port}/docs)")
-    typer.echo(f"Dashboard: http://{host}:{port}/dashboard  (sign in with an API key)")
+    base = f"{scheme}://{host}:{port}"
+    typer.echo(f"Triplet Lab on {base}  (API docs: {base}/docs)")
+    typer.echo(f"Dashboard: {base}/dashboard  (sign in with an API key)")
     if settings.demo:
-        typer.echo(f"Demo worker page: http://{host}:{port}/w/{DEMO_SLUG}")
+        typer.echo(f"Demo worker page: {base}/w/{DEMO_SLUG}")
     processes = workers or settings.server_processes()
     config = {
         "app": "app.main:serve_app",
@@ -396,6 +420,7 @@ def serve(
         "http": http_protocol(),  # a response in one write (app.internals)
         "proxy_headers": True,
         "forwarded_allow_ips": settings.forwarded_allow_ips,
+        **tls,
     }
     if processes == 1:
         uvicorn.run(**config)

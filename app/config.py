@@ -58,6 +58,52 @@ class Settings(BaseSettings):
     max_upload_mb: float = Field(
         default=50.0, description="Largest request body accepted, in MiB; larger ones get 413."
     )
+    max_worker_body_kb: float = Field(
+        default=8.0,
+        gt=0,
+        description="Largest request body accepted on the worker API (paths under `/api/w/`), "
+        "in KiB; larger ones get 413 before any of it is read (from `Content-Length`, or "
+        "as soon as a streamed body passes it). A worker's answer or session is under 1 KiB.",
+    )
+    header_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="`tripletlab serve` closes a connection whose request line and headers "
+        "have not all arrived this many seconds after the connection opened (or after the "
+        "request's first byte), answering 408 if part of a request came: a client sending "
+        "its headers a byte at a time holds no connection longer.",
+    )
+    body_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="`tripletlab serve` answers 408 and closes a connection whose request "
+        "body stops arriving for this many seconds (the longest pause between two pieces, "
+        "not the whole upload's time: a large upload over a slow link still passes).",
+    )
+    stock_http_protocol: bool = Field(
+        default=False,
+        description="Serve with uvicorn's own HTTP protocol instead of `app/internals.py`"
+        "'s (a response in one write; the header and body timeouts): a fallback should a "
+        "uvicorn release change the internals that module relies on. The timeouts then do "
+        "not apply.",
+    )
+    ssl_certfile: str = Field(
+        default="",
+        description="PEM certificate (chain) for `tripletlab serve` to serve HTTPS itself; "
+        "with `TRIPLETLAB_SSL_KEYFILE`. Empty: plain HTTP (behind a reverse proxy that "
+        "terminates TLS, as `docker-compose.yml`'s Caddy does).",
+    )
+    ssl_keyfile: str = Field(
+        default="",
+        description="PEM private key of `TRIPLETLAB_SSL_CERTFILE`.",
+    )
+    hsts_seconds: int = Field(
+        default=31_536_000,
+        ge=0,
+        description="`max-age` of the `Strict-Transport-Security` header sent on responses "
+        "served over HTTPS (directly, or through a trusted proxy's `X-Forwarded-Proto: "
+        "https`), so browsers use HTTPS for the host from then on; 0 sends no header.",
+    )
     upload_process_mb: float = Field(
         default=1.0,
         ge=0,
@@ -165,12 +211,6 @@ class Settings(BaseSettings):
         description="Run the worker round trip's statements on the driver's cursor through "
         "SQLAlchemy's private `Connection._cursor_execute` (app/internals.py: several times "
         "cheaper per statement); false: only public SQLAlchemy APIs (`Connection.execute`).",
-    )
-    one_write: bool = Field(
-        default=True,
-        description="Serve with uvicorn's httptools protocol writing each response in one "
-        "system call (app/internals.py; it subclasses uvicorn's internal protocol); false: "
-        "uvicorn's stock protocol.",
     )
     demo: bool = Field(
         default=True,

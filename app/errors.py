@@ -9,6 +9,10 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.db import faults
+
+DISK_FULL_RETRY_S = 30  # space is freed by a person, not in a second
+
 
 class AppError(Exception):
     """A request the service refuses; the message says what is wrong."""
@@ -103,12 +107,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(OperationalError)
     async def handle_database_unavailable(request: Request, exc: OperationalError) -> JSONResponse:
-        # The database is down or (SQLite) busy past its timeout: nothing was written,
-        # and the same request may succeed in a moment.
+        # The database is down, (SQLite) busy past its timeout, or out of disk space:
+        # nothing was written. Busy or down, the same request may succeed in a moment; a
+        # full disk waits for an operator (app.db.faults logs each fault once).
+        if faults.classify(exc) is faults.Fault.DISK_FULL:
+            return _disk_full()
         return JSONResponse(
-            {"detail": "the database is busy or unavailable; nothing was changed, retry shortly"},
-            status_code=503,
-            headers={"Retry-After": "1"},
+            {"detail": faults.UNAVAILABLE_DETAIL}, status_code=503, headers={"Retry-After": "1"}
         )
 
     @app.exception_handler(PoolTimeoutError)
@@ -121,11 +126,28 @@ def install_error_handlers(app: FastAPI) -> None:
             headers={"Retry-After": "2"},
         )
 
+    @app.exception_handler(OSError)
+    async def handle_os_error(request: Request, exc: OSError) -> JSONResponse:
+        # A full disk outside the database (a spooled upload, a media file); any other
+        # OSError is a bug: on to the 500 of Starlette's ServerErrorMiddleware.
+        if faults.classify(exc) is not faults.Fault.DISK_FULL:
+            raise exc
+        faults.report_disk_full(faults.disk_full_path(exc), exc)
+        return _disk_full()
+
     @app.exception_handler(StarletteHTTPException)
     async def handle_http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return JSONResponse(
             {"detail": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers
         )
+
+
+def _disk_full() -> JSONResponse:
+    return JSONResponse(
+        {"detail": faults.DISK_FULL_DETAIL},
+        status_code=503,
+        headers={"Retry-After": str(DISK_FULL_RETRY_S)},
+    )
 
 
 def _jsonable(errors: list[dict]) -> list[dict]:

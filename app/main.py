@@ -33,7 +33,7 @@ from app.api.ratelimit import WorkerLimits
 from app.api.timings import RouteTimings
 from app.api.uploads import BodySizeLimit
 from app.config import Settings, get_settings
-from app.db import loop_connections
+from app.db import faults, loop_connections
 from app.errors import install_error_handlers
 from app.schemas.common import ErrorBody, ValidationErrorBody
 from app.supervisor import runs_jobs_here, stop_with_supervisor
@@ -53,7 +53,10 @@ API_ERRORS: dict[int | str, dict] = {
     403: _error("The key's role (or the session) may not do this."),
     404: _error("No such project, object, model, job or session (or someone else's)."),
     409: _error("Conflicts with what is stored (a taken slug, another answer to a question)."),
-    413: _error("The request body is larger than TRIPLETLAB_MAX_UPLOAD_MB."),
+    413: _error(
+        "The request body is larger than TRIPLETLAB_MAX_UPLOAD_MB (on the worker API, "
+        "TRIPLETLAB_MAX_WORKER_BODY_KB)."
+    ),
     422: _error(
         "Invalid input: the summary in `detail`, the first issues in `errors`.",
         ValidationErrorBody,
@@ -97,6 +100,7 @@ def create_app(settings: Settings | None = None, *, freeze_heap: bool = False) -
     holds then into the collector's permanent generation (see :func:`serve_app`)."""
     settings = settings or get_settings()
     stop_with_supervisor()
+    faults.watch()  # the database's faults logged once each (app.db.faults)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -136,9 +140,13 @@ def create_app(settings: Settings | None = None, *, freeze_heap: bool = False) -
     # gives routes the messages RejectNul replays.
     app.add_middleware(ClientPresence)
     app.add_middleware(RejectNul)
-    app.add_middleware(BodySizeLimit, max_bytes=int(settings.max_upload_mb * 2**20))
+    app.add_middleware(
+        BodySizeLimit,
+        max_bytes=int(settings.max_upload_mb * 2**20),
+        worker_max_bytes=int(settings.max_worker_body_kb * 2**10),
+    )
     app.add_middleware(RouteTimings)
-    app.add_middleware(NoSniff)
+    app.add_middleware(NoSniff, hsts_seconds=settings.hsts_seconds)
     routers = (  # in the order the API document lists them
         projects.router,
         objects.router,

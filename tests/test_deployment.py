@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
@@ -112,25 +113,103 @@ def test_compose_runs_training_on_a_dask_cluster():
         assert service["image"] == app["image"]  # the same code on every machine
 
 
-def test_proxy_spreads_requests_over_the_app_replicas():
-    services = compose()["services"]
+Line = tuple[list[str], list]  # a Caddyfile line's tokens, and the lines of its block
+
+
+def caddyfile(text: str) -> list[Line]:
+    """The Caddyfile as a tree of lines (a line ending in ``{`` holds the lines up to its
+    ``}``), its braces checked: Caddy is not installed here, this is its syntax as far as
+    a test can read it without Caddy."""
+    root: list[Line] = []
+    stack = [root]
+    for raw in text.splitlines():
+        tokens = raw.split("#", 1)[0].split() if not raw.lstrip().startswith("#") else []
+        if not tokens:
+            continue
+        if tokens == ["}"]:
+            stack.pop()
+            assert stack, "a } closes nothing"
+            continue
+        assert "{" not in tokens[:-1] and "}" not in tokens, raw
+        line: Line = (tokens[:-1] if tokens[-1] == "{" else tokens, [])
+        stack[-1].append(line)
+        if tokens[-1] == "{":
+            stack.append(line[1])
+    assert len(stack) == 1, "a { is never closed"
+    return root
+
+
+def block(lines: list[Line], *path: str) -> list[Line]:
+    """The lines of the block reached by following ``path`` (each a line's first token)."""
+    for name in path:
+        (found,) = [children for tokens, children in lines if tokens and tokens[0] == name]
+        lines = found
+    return lines
+
+
+def option(lines: list[Line], name: str) -> list[str]:
+    (found,) = [tokens[1:] for tokens, _ in lines if tokens and tokens[0] == name]
+    return found
+
+
+def seconds(duration: str) -> float:
+    value, unit = re.fullmatch(r"(\d+)(s|m|h)", duration).groups()
+    return int(value) * {"s": 1, "m": 60, "h": 3600}[unit]
+
+
+def test_proxy_serves_https_for_the_public_url_and_spreads_requests_over_the_replicas():
+    spec = compose()
+    services = spec["services"]
     proxy, app = services["proxy"], services["app"]
+    assert proxy["image"].startswith("caddy:2")
     mounted = {v.split(":")[1]: v.split(":")[0] for v in proxy["volumes"]}
-    config_path = mounted["/etc/nginx/conf.d/default.conf"]
-    conf = (ROOT / config_path).read_text()
-    upstream = re.search(r"upstream (\w+) \{(.+?)\}", conf, re.S)
-    assert re.search(rf"server app:{app['environment']['TRIPLETLAB_PORT']};", upstream.group(2))
-    assert f"proxy_pass http://{upstream.group(1)};" in conf
-    listen = re.search(r"listen (\d+);", conf).group(1)
-    assert any(p.endswith(f":{listen}") for p in proxy["ports"])
-    body_mb = int(re.search(r"client_max_body_size (\d+)m;", conf).group(1))
-    assert body_mb >= Settings.model_fields["max_upload_mb"].default
+    tree = caddyfile((ROOT / mounted["/etc/caddy/Caddyfile"]).read_text())
+    # Certificates are kept across restarts (Let's Encrypt limits how often it issues).
+    assert mounted["/data"] in spec["volumes"]
+    # HTTP (the ACME challenge, the redirect) and HTTPS, on the host's standard ports.
+    assert {"80:80", "443:443"} <= set(proxy["ports"])
     assert proxy["depends_on"] == ["app"]
-    # The app trusts the proxy's X-Forwarded-For (each client its own rate limit), which
-    # the proxy sets to the client's address alone (uvicorn, trusting every sender, takes
-    # the header's first address: appended to, it would be the client's choice); trusting
-    # any sender is safe only as the app publishes no port.
-    assert "proxy_set_header X-Forwarded-For $remote_addr;" in conf
-    assert "$proxy_add_x_forwarded_for" not in conf
+
+    global_options, site = tree[0], tree[1]
+    assert global_options[0] == []  # the global options block comes first
+    # The site is the URL workers reach, the same the app puts in its worker links.
+    (address,) = site[0]
+    variable, default = re.fullmatch(r"\{\$(\w+):(\S+)\}", address).groups()
+    assert variable == "TRIPLETLAB_PUBLIC_URL"
+    assert proxy["environment"][variable] == app["environment"][variable]
+    assert app["environment"][variable] == f"${{{variable}:-{default}}}"
+    assert default.startswith("https://")
+
+    # Requests go to every replica of the app, on its port.
+    upstreams = block(site[1], "reverse_proxy")
+    dynamic = block(upstreams, "dynamic")
+    assert option(upstreams, "dynamic") == ["a"]
+    assert option(dynamic, "name") == ["app"]
+    assert option(dynamic, "port") == [app["environment"]["TRIPLETLAB_PORT"]]
+    assert option(upstreams, "lb_policy") == ["round_robin"]
+    # The app trusts X-Forwarded-For from any sender and takes its first address; Caddy
+    # sets it to the client's address alone only while it trusts no proxy before it.
+    text = (ROOT / mounted["/etc/caddy/Caddyfile"]).read_text()
+    assert "trusted_proxies" not in re.sub(r"#.*", "", text)
+    assert "X-Forwarded-For" not in re.sub(r"#.*", "", text)
     assert app["environment"]["TRIPLETLAB_FORWARDED_ALLOW_IPS"] == "*"
     assert "ports" not in app
+
+    # Bodies as large as the app accepts; slow clients cut at the edge as in the app.
+    (size,) = option(block(site[1], "request_body"), "max_size")
+    assert (
+        int(re.fullmatch(r"(\d+)MiB", size).group(1))
+        >= Settings.model_fields["max_upload_mb"].default
+    )
+    timeouts = block(global_options[1], "servers", "timeouts")
+    (read_header,) = option(timeouts, "read_header")
+    assert seconds(read_header) <= Settings.model_fields["header_timeout_seconds"].default
+    (read_body,) = option(timeouts, "read_body")
+    assert seconds(read_body) >= 5 * 60  # a 50 MiB upload over a slow link passes
+
+
+def test_the_caddyfile_reader_refuses_unbalanced_braces():
+    with pytest.raises(AssertionError):
+        caddyfile("example.org {\n\treverse_proxy app:8000\n")
+    with pytest.raises(AssertionError):
+        caddyfile("example.org {\n}\n}\n")

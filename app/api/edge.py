@@ -6,11 +6,16 @@
   a JSON body are checked; uploads (CSV, ZIP) are not JSON: their parsers must check them.
 * Every response says ``X-Content-Type-Options: nosniff``: API answers, media files and
   static assets alike, so a browser never guesses an uploaded file to be HTML or script.
+* Every response served over HTTPS says ``Strict-Transport-Security`` (HSTS), so a browser
+  that once reached the host over HTTPS never again sends it a worker's token in clear.
+  "Over HTTPS" is the request's scheme: HTTPS served by ``tripletlab serve`` itself, or a
+  trusted proxy's ``X-Forwarded-Proto: https`` (uvicorn reads it from the addresses in
+  ``TRIPLETLAB_FORWARDED_ALLOW_IPS`` only).
 
 Two plain ASGI middlewares (no thread hop, no SQL). ``RejectNul`` reads a JSON body once
 (``BodySizeLimit``, outside it, bounds it), searches it for the escape ``\\u0000`` as bytes,
 parses it only when the escape is there, and hands it on unchanged. ``NoSniff`` is the
-outermost, so even the body size limit's 413 carries the header.
+outermost, so even the body size limit's 413 carries its headers.
 """
 
 from __future__ import annotations
@@ -45,21 +50,28 @@ def find_nul(value: Any, where: str) -> str | None:
 
 
 class NoSniff:
-    """Add ``X-Content-Type-Options: nosniff`` to every response (outermost middleware)."""
+    """Add ``X-Content-Type-Options: nosniff`` to every response, and
+    ``Strict-Transport-Security: max-age=<hsts_seconds>`` to those served over HTTPS (none
+    if ``hsts_seconds`` is 0); the outermost middleware."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, hsts_seconds: int = 0) -> None:
         self.app = app
+        self.hsts = (b"strict-transport-security", b"max-age=%d" % hsts_seconds)
+        self.hsts_seconds = hsts_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        added = [NOSNIFF]
+        if self.hsts_seconds and scope.get("scheme") == "https":
+            added.append(self.hsts)
 
         async def send_nosniff(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers") or [])
-                if not any(name.lower() == NOSNIFF[0] for name, _ in headers):
-                    headers.append(NOSNIFF)
+                present = {name.lower() for name, _ in headers}
+                headers += [header for header in added if header[0] not in present]
                 message = {**message, "headers": headers}
             await send(message)
 

@@ -108,22 +108,40 @@ class PiecesResponse(Response):
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-class BodySizeLimit:
-    """Refuse request bodies over ``max_bytes`` with 413, whether announced or streamed."""
+WORKER_PATHS = "/api/w/"  # the worker API: small JSON bodies, sent by anyone with a link
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+
+class BodySizeLimit:
+    """Refuse request bodies over ``max_bytes`` with 413, whether announced or streamed;
+    on the worker API (:data:`WORKER_PATHS`) over ``worker_max_bytes``.
+
+    A body announced larger (``Content-Length``) is refused before a byte of it is read; a
+    streamed one (chunked) as soon as what arrived passes the limit. The worker API's limit
+    is small: its routes are open to anyone holding a study's link, and with only the
+    upload limit each request could pin ~50 MiB in the server (ten 47 MB posts to a session
+    that did not exist grew a process from 331 to 790 MB, issue 31) where an answer is
+    under 1 KiB. Whatever of a refused body still arrives, uvicorn reads and drops, so
+    the client reads its 413 once it has sent the body (a connection closed while it sends
+    would reset, and the client would never see the 413).
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int, worker_max_bytes: int | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.worker_max_bytes = max_bytes if worker_max_bytes is None else worker_max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(send)
-            return
+        worker = scope["path"].startswith(WORKER_PATHS)
+        limit = self.worker_max_bytes if worker else self.max_bytes
+        for name, value in scope.get("headers") or ():
+            if name == b"content-length":
+                if value.isdigit() and int(value) > limit:
+                    await _refuse(send, _too_large(limit, worker))
+                    return
+                break
         received = 0
         response_started = False
 
@@ -132,8 +150,8 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise PayloadTooLarge(self._message())
+                if received > limit:
+                    raise PayloadTooLarge(_too_large(limit, worker))
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -145,21 +163,25 @@ class BodySizeLimit:
             await self.app(scope, limited_receive, tracking_send)
         except PayloadTooLarge:
             if not response_started:
-                await self._refuse(send)
+                await _refuse(send, _too_large(limit, worker))
 
-    def _message(self) -> str:
-        return f"request body larger than the limit of {self.max_bytes / 2**20:g} MiB"
 
-    async def _refuse(self, send: Send) -> None:
-        body = json.dumps({"detail": self._message()}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+def _too_large(limit: int, worker: bool) -> str:
+    if worker:
+        return f"request body larger than the worker API's limit of {limit / 2**10:g} KiB"
+    return f"request body larger than the limit of {limit / 2**20:g} MiB"
+
+
+async def _refuse(send: Send, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

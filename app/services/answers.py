@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, aliased
 from app.db.bulk import bind_value
 from app.db.models import Answer, Object, Participant, Project, utcnow
 from app.db.session import begin_write
+from app.db.statistics import analyze_after_bulk
 from app.errors import InvalidInput
 from app.learning.triplets import check_triplets
 from app.services import imports
@@ -107,6 +108,8 @@ def import_answers(
     except BaseException:
         imports.discard(db, import_id)
         raise
+    yield False  # the planner's statistics of the grown table, so the next export is quick
+    analyze_after_bulk(db, {"answers": len(triplet_array) + len(pair_array)}, share=0.0)
     return len(triplet_array), len(pair_array)
 
 

@@ -37,6 +37,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from app.db.models import Answer, Import, Model, Object, Project, StrategyState, utcnow
 from app.db.session import begin_write
+from app.db.statistics import analyze_after_bulk
 from app.errors import Conflict
 
 # Rows per transaction: a worker waits for one chunk at most (measured on SQLite at load
@@ -160,6 +161,8 @@ def discard(db: Session, import_id: int, *, if_dead: bool = False) -> bool:
     begin_write(db)
     db.execute(delete(Import).where(Import.id == import_id))
     db.commit()
+    # Rows written then deleted: autovacuum may have counted them meanwhile.
+    analyze_after_bulk(db, {"answers" if record.kind == "answers" else "objects": record.n_rows})
     return True
 
 

@@ -22,6 +22,7 @@ from app.db.models import (
     WorkSession,
 )
 from app.db.session import begin_write
+from app.db.statistics import analyze_after_bulk
 from app.errors import Conflict, NotFound
 from app.schemas.plans import Plan
 from app.schemas.projects import ProjectCreate, ProjectStats, ProjectUpdate
@@ -154,11 +155,14 @@ def delete_project(db: Session, project: Project, *, force: bool) -> None:
         .with_for_update()
     )
     db.execute(select(Project.id).where(Project.id == project_id).with_for_update())
-    for table in DELETE_ORDER:
-        db.execute(delete(table).where(table.c.project_id == project_id))
+    deleted = {
+        table.name: db.execute(delete(table).where(table.c.project_id == project_id)).rowcount
+        for table in DELETE_ORDER
+    }
     db.execute(delete(Project.__table__).where(Project.__table__.c.id == project_id))
     db.commit()
     db.expunge(project)
+    analyze_after_bulk(db, deleted)  # the tables may have lost most of their rows
     media = get_settings().data_dir / "media" / slug
     shutil.rmtree(media, ignore_errors=True)
 

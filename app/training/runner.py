@@ -13,7 +13,9 @@ import time
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import OperationalError
 
+from app.db import faults
 from app.db.models import Job
 from app.db.session import get_engine, session_factory
 from app.services import imports
@@ -40,6 +42,7 @@ class JobRunner:
         self._thread: threading.Thread | None = None
         self._last_requeue = 0.0
         self._sessions = session_factory(get_engine(database_url))
+        faults.watch()
 
     @classmethod
     def from_settings(cls, settings) -> JobRunner:  # type: ignore[no-untyped-def]
@@ -68,6 +71,12 @@ class JobRunner:
         while not self._stop.is_set():
             try:
                 self.tick()
+            except OperationalError as error:
+                # The database is lost, out of space or busy: app.db.faults logs the first
+                # two once, when they begin (and a lost one when it is back); a tick a
+                # second would otherwise leave a traceback a second. Busy passes by itself.
+                if faults.classify(error) is faults.Fault.BUSY:
+                    log.info("job runner tick skipped, the database is busy: %s", error.orig)
             except Exception:  # the runner must outlive any one bad tick
                 log.exception("job runner tick failed")
             self._stop.wait(self.poll_s)

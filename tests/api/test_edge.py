@@ -244,3 +244,69 @@ def test_plan_weights_are_bounded_so_their_sum_stays_finite(client, admin_header
     response = client.put("/api/projects/edge/plan", json=plan, headers=admin_headers)
     assert response.status_code == 422
     assert "strategies.0.weight" in response.json()["detail"]
+
+
+WORKER_LIMIT = 8 * 2**10  # TRIPLETLAB_MAX_WORKER_BODY_KB's default
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/w/edge/sessions", "/api/w/sessions/no-such-session/answers"]
+)
+def test_a_worker_body_over_a_few_kib_is_413_before_the_route_reads_it(client, project, path):
+    padded = b'{"participant": "' + b"x" * WORKER_LIMIT + b'"}'
+    announced = client.post(path, content=padded, headers={"content-type": "application/json"})
+
+    def pieces():  # no Content-Length: sent chunked, counted as it arrives
+        yield b'{"participant": "'
+        for _ in range(40):
+            yield b"x" * 2**10
+        yield b'"}'
+
+    streamed = client.post(path, content=pieces(), headers={"content-type": "application/json"})
+    for response in (announced, streamed):
+        assert response.status_code == 413, response.text
+        assert response.json() == {
+            "detail": "request body larger than the worker API's limit of 8 KiB"
+        }
+    # Refused before the route ran: the session it would have opened does not exist.
+    opened = client.post("/api/w/edge/sessions", json={"participant": "x" * 100})
+    assert opened.status_code == 201, opened.text
+
+
+def test_researcher_uploads_keep_the_upload_limit(client, admin_headers, project):
+    names = "\n".join(f"object {i} " + "y" * 200 for i in range(400))  # ~90 KiB
+    response = client.post(
+        "/api/projects/edge/objects",
+        content=f"name\n{names}\n".encode(),
+        headers={**admin_headers, "content-type": "text/csv"},
+    )
+    assert response.status_code == 201, response.text
+    assert response.json()["count"] == 400
+
+
+def test_the_worker_body_limit_is_a_setting(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from app.config import get_settings
+    from app.main import create_app
+
+    settings = get_settings().model_copy(update={"max_worker_body_kb": 0.5})
+    with TestClient(create_app(settings)) as small:
+        response = small.post(
+            "/api/w/sessions/none/answers",
+            content=b'{"token": "' + b"a" * 600 + b'", "choice": 1}',
+            headers={"content-type": "application/json"},
+        )
+    assert response.status_code == 413
+    assert response.json()["detail"].endswith("limit of 0.5 KiB")
+
+
+def test_hsts_only_on_responses_served_over_https(client, admin_headers, project):
+    plain = client.get("/api/projects", headers=admin_headers)
+    assert plain.status_code == 200
+    assert "strict-transport-security" not in plain.headers
+    # A request whose scheme is HTTPS: served with TLS, or from a trusted proxy that
+    # said X-Forwarded-Proto: https (uvicorn sets the scheme; tests/lifecycle has both).
+    for path in ("/api/projects", "/w/edge", "/static/worker.js", "/api/w/none"):
+        secure = client.get(f"https://testserver{path}", headers=admin_headers)
+        assert secure.headers["strict-transport-security"] == "max-age=31536000", path
