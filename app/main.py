@@ -25,6 +25,7 @@ from app.api import (
     plans,
     predictions,
     projects,
+    study,
     training,
     worker,
 )
@@ -139,6 +140,8 @@ def create_app(settings: Settings | None = None, *, freeze_heap: bool = False) -
         objects.router,
         answers.router,
         plans.router,
+        study.router,
+        study.catalog,
         participants.router,
         worker.router,
         worker.session_router,

@@ -41,7 +41,7 @@ from app.services.projects import get_project, list_projects
 from app.training import jobs as job_service
 from app.training.kinds import KINDS
 
-SESSION_COOKIE = "tl_dashboard"
+SESSION_COOKIE = signin.SESSION_COOKIE
 SIGNIN_COOKIE = "tl_signin"
 DASHBOARD_HEADERS = {
     **PAGE_HEADERS,

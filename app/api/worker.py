@@ -33,7 +33,7 @@ from app.schemas.worker import (
     ShownObject,
     ShownQuery,
 )
-from app.services import issuance, known_sessions, responses, sessions
+from app.services import issuance, known_sessions, preview, responses, sessions, study_state
 from app.services.projects import project_plan
 
 router = APIRouter(prefix="/api/w", tags=["worker"], dependencies=[Depends(limit_worker)])
@@ -119,17 +119,23 @@ def read_public_project(project: ProjectDep) -> PublicProject:
         consent=project.consent,
         question=project.question,
         pair_question=project.pair_question,
-        accepting=project.plan is not None,
+        accepting=study_state.accepting(project),
+        status=study_state.status(project),
     )
 
 
 @router.post("/{slug}/sessions", status_code=status.HTTP_201_CREATED, response_model=SessionOpened)
 def create_session(project: ProjectDep, data: SessionCreate, db: SessionDep) -> SessionOpened:
     """Open (or resume) the session of the participant named by the platform parameters."""
-    identity = sessions.identify(data.model_dump(exclude_none=True, exclude={"simulated"}))
+    identity = sessions.identify(
+        data.model_dump(exclude_none=True, exclude={"simulated", "preview"})
+    )
     plan = project_plan(project)
     total = plan.queries_per_session if plan else 0
     source = "simulated" if data.simulated else "crowd"
+    if data.preview is not None:  # a researcher's preview (app/services/preview.py)
+        preview.check_token(project, data.preview)
+        source, identity.platform = study_state.PREVIEW, preview.PLATFORM
     work, token = sessions.open_session(db, project, identity, total, source)
     return SessionOpened(
         session_id=work.id, session_token=token, total=work.total, answered=work.answered
@@ -180,7 +186,9 @@ def _question(
 
 def _done(db: Session, project: Project, work: WorkSession, message: str) -> NextQuery:
     if work.finished_at is None:
-        return NextQuery(done=True, message=message or "There is nothing to answer right now.")
+        paused = study_state.come_back_later(project, work.source)
+        message = message or "There is nothing to answer right now."
+        return NextQuery(done=True, paused=paused, message=message)
     if not message and work.answered < work.total:
         message = issuance.EXHAUSTED_MESSAGE
     code = sessions.completion_code(work.id)

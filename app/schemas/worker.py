@@ -15,6 +15,9 @@ class PublicProject(BaseModel):
     question: str
     pair_question: str
     accepting: bool
+    status: str = Field(
+        description="draft (not launched yet), running, paused, stopped, or no_plan"
+    )
 
 
 class SessionCreate(BaseModel):
@@ -41,6 +44,14 @@ class SessionCreate(BaseModel):
     )
     simulated: bool = Field(
         default=False, description="Answers come from a simulated worker (tripletlab simulate)."
+    )
+    preview: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="A preview token from POST /api/projects/{slug}/preview: the session is "
+        "a researcher's preview (served even before launch; its answers are never counted, "
+        "exported or trained on).",
     )
 
 
@@ -74,6 +85,11 @@ class MTurkSubmit(BaseModel):
 class NextQuery(BaseModel):
     query: ShownQuery | None = None
     done: bool = False
+    paused: bool = Field(
+        default=False,
+        description="No question now because the study is paused or not launched yet: the "
+        "session goes on when it resumes (done is true too).",
+    )
     completion_code: str | None = None
     redirect_url: str | None = None
     message: str | None = None

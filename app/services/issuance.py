@@ -35,7 +35,7 @@ from app.db.models import Object, Project, Query, Question, WorkSession, utcnow
 from app.db.session import ensure_write
 from app.errors import InvalidInput
 from app.schemas.plans import Plan
-from app.services import round_trip_sql
+from app.services import round_trip_sql, study_state
 from app.services.comprf import (
     comprf_positions,
     prepared_planner,
@@ -227,6 +227,10 @@ def next_query(
     if work.answered >= work.total:
         finish_session(db, work)
         return Issued(None, done=True)
+    if not study_state.accepting(project, work.source):  # draft, paused or stopped
+        if study_state.ended(project) and work.answered:
+            finish_session(db, work)
+        return Issued(None, done=True, message=study_state.closed_message(project))
     now = utcnow()
     plan = Plan.model_validate(project.plan)
     rng = _draws(plan, work.id, work.answered)
@@ -276,6 +280,8 @@ def ticket_after_answer(db: Session, project: Project, work: WorkSession) -> Tic
     their own anyway (no data-modifying CTEs): None."""
     answered = work.answered + 1  # as next_query sees the session after the answer
     if db.get_bind().dialect.name != "postgresql" or not project.plan:
+        return None
+    if not study_state.accepting(project, work.source):
         return None
     if work.finished_at is not None or answered >= work.total:
         return None
@@ -688,4 +694,4 @@ def check_plan(project: Project, plan: Plan) -> None:
     try:
         planner_for(project, plan)
     except ValueError as error:
-        raise InvalidInput(str(error)) from error
+        raise InvalidInput(str(error), getattr(error, "loc", None)) from error

@@ -55,7 +55,7 @@ from sqlalchemy.orm import Session
 from app.db.loop_connections import loop_connections
 from app.db.models import Project, WorkSession, utcnow
 from app.schemas.plans import Plan
-from app.services import fill_ahead, issuance, round_trip_sql
+from app.services import fill_ahead, issuance, round_trip_sql, study_state
 from app.services.answer_batches import answer_alone, answer_batches, review_due
 from app.services.comprf import stored_plan_has_comprf
 from app.services.issuance import lease_end
@@ -105,6 +105,8 @@ def remember(db: Session, work: WorkSession, project: Project) -> None:
         return
     _known.pop(work.id, None)
     if work.finished_at is not None or not project.plan or stored_plan_has_comprf(project.plan):
+        return
+    if not study_state.accepting(project, work.source):  # its next question waits: the usual way
         return
     if work.answered + 1 >= work.total:
         return  # its next answer is its last
