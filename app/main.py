@@ -26,6 +26,7 @@ from app.api import (
     predictions,
     projects,
     study,
+    study_pages,
     training,
     worker,
 )
@@ -160,6 +161,7 @@ def create_app(settings: Settings | None = None, *, freeze_heap: bool = False) -
         app.include_router(router, responses=responses)
     _document_in_order(app, routers)
     dashboard.install_dashboard(app)
+    app.include_router(study_pages.router)
     _add_docs(app)
     media = settings.data_dir / "media"
     media.mkdir(parents=True, exist_ok=True)

@@ -21,11 +21,11 @@ import time
 from collections import Counter
 from datetime import UTC, datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from app.config import get_settings
-from app.db.models import Project, Query, Question, WorkSession
+from app.db.models import Answer, Project, Query, Question, WorkSession
 from app.db.session import begin_write
 from app.errors import Forbidden
 from app.services.sessions import _secret
@@ -60,6 +60,14 @@ def check_token(project: Project, token: str, now: float | None = None) -> None:
         raise Forbidden("this preview token belongs to another project")
     if not expires.isdigit() or int(expires) < (time.time() if now is None else now):
         raise Forbidden("this preview link has expired: open the preview again from the dashboard")
+
+
+def answers_previewed(db: Session, project: Project) -> int:
+    """How many answers previews of ``project`` gave (the launch checklist's "previewed")."""
+    statement = select(func.count()).where(
+        Answer.project_id == project.id, Answer.source == PREVIEW
+    )
+    return int(db.scalar(statement) or 0)
 
 
 def release_places(db: Session, project_id: int | None = None) -> int:

@@ -74,6 +74,12 @@
 
   function readPlatform() {
     const query = new URLSearchParams(window.location.search);
+    if (query.get("preview")) {
+      // A researcher's preview from the dashboard: a session of its own on every load,
+      // counted nowhere (the server checks the token).
+      const id = randomId();
+      return { kind: "study-preview", params: { anonymous_id: id, preview: query.get("preview") }, identity: id };
+    }
     if (query.get("PROLIFIC_PID")) {
       const params = pick(query, ["PROLIFIC_PID", "STUDY_ID", "SESSION_ID"]);
       return { kind: "prolific", params, identity: params.PROLIFIC_PID };
@@ -397,7 +403,8 @@
     setBusy(true);
     $("intro-error").hidden = true;
     $("start").disabled = true;
-    const body = { ...platform.params, resume_secret: resumeSecret() };
+    const preview = platform.kind === "study-preview"; // nothing kept: a fresh session each load
+    const body = preview ? { ...platform.params } : { ...platform.params, resume_secret: resumeSecret() };
     const result = await request("POST", `${config.api}/sessions`, body, {
       auth: false,
     });
@@ -414,7 +421,7 @@
     state.sessionToken = data.session_token;
     state.total = Number(data.total) || 0;
     state.answered = Number(data.answered) || 0;
-    storeSet(startedKey, "1");
+    if (!preview) storeSet(startedKey, "1");
     updateProgress();
     if ($("question").hidden) showScreen("loading");
     await loadNext();
@@ -525,7 +532,8 @@
     const code = typeof data.completion_code === "string" ? data.completion_code : "";
     if (code) state.answered = Math.max(state.answered, state.total);
     updateProgress();
-    $("done-title").textContent = code ? "All done" : "Nothing to answer right now";
+    $("done-title").textContent = code ? "All done" : data.paused ? "Paused" : "Nothing to answer right now";
+    $("retry-block").hidden = !data.paused;
     $("done").classList.toggle("no-code", !code);
     $("done-message").textContent = data.message || "You have answered every question.";
     $("completion-code").textContent = code;
@@ -638,9 +646,16 @@
 
   // ---- start ----------------------------------------------------------------------------
 
+  const CLOSED = {
+    draft: "This study has not started yet. Please come back later.",
+    paused: "This study is paused for now. Please come back later.",
+    stopped: "This study has ended and takes no more answers. Thank you for your interest!",
+  };
+
   async function checkAccepting() {
     const result = await sendOnce("GET", config.api, undefined, false);
     if (result.status === 200 && result.data.accepting === false) {
+      $("closed-note").textContent = CLOSED[result.data.status] || $("closed-note").textContent;
       $("closed-note").hidden = false;
       $("start").hidden = true;
     }
@@ -650,6 +665,11 @@
     document.addEventListener("keydown", onKey);
     $("question").addEventListener("click", onClick);
     $("copy-code").addEventListener("click", copyCode);
+    $("retry").addEventListener("click", () => {
+      $("retry-block").hidden = true;
+      showScreen("loading");
+      loadNext();
+    });
     $("start").addEventListener("click", () => {
       $("start").hidden = true;
       showScreen("loading");
@@ -661,6 +681,12 @@
       $("preview-note").hidden = false;
       $("start").hidden = true;
       showScreen("intro");
+      return;
+    }
+    if (platform.kind === "study-preview") {
+      $("study-preview-note").hidden = false;
+      showScreen("intro");
+      $("start").hidden = false; // served before launch too: no check of the study's status
       return;
     }
     if (storeGet(startedKey)) {
