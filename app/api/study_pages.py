@@ -16,8 +16,8 @@ import math
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
-from jinja2.utils import htmlsafe_json_dumps
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2.utils import htmlsafe_json_dumps
 from pydantic import ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session

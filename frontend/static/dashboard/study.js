@@ -118,7 +118,9 @@
       const note = document.createElement("p");
       note.className = "field-error";
       note.setAttribute("role", "alert");
-      note.textContent = String(error.msg || "").replace(/^Value error, /, "");
+      // Beside its field the message need not say which strategy (the card does, from 1).
+      note.textContent = String(error.msg || "").replace(/^Value error, /, "")
+        .replace(/^strategy \d+ \([^)]*\): /, "");
       field.classList.add("has-error");
       field.appendChild(note);
       const control = field.matches("input, select, textarea") ? field : field.querySelector("input, select, textarea");
@@ -264,7 +266,9 @@
         if (request.status === 201) {
           progress(1, "done");
           status.classList.remove("failed");
-          done.textContent = "Added " + Number(data.count || 0).toLocaleString() + " objects from " + file.name + ".";
+          const count = Number(data.count || 0);
+          done.textContent = "Added " + count.toLocaleString("en") + (count === 1 ? " object" : " objects") +
+            " from " + file.name + ".";
           done.hidden = false;
           resolve(true);
           return;
