@@ -69,7 +69,8 @@ class StopCheck:
             if self.advice is not None:
                 return f"No estimate yet: {self.advice.message}"
             return "No estimate yet."
-        text = f"Stops in about {self.further_answers:,} more answers"
+        plural = "answer" if self.further_answers == 1 else "answers"
+        text = f"Stops in about {self.further_answers:,} more {plural}"
         if self.further_low is not None and self.further_low != self.further_high:
             high = f"{self.further_high:,}" if self.further_high is not None else "never"
             text += f" (90% interval {self.further_low:,}–{high})"

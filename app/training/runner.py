@@ -27,7 +27,9 @@ from app.training.work import run_job
 
 log = logging.getLogger(__name__)
 REQUEUE_EVERY_S = 10.0
-STUDIES_EVERY_S = 5.0  # stop rules checked, places previews took given back
+STOP_RULES_EVERY_S = 5.0  # the studies' stop rules checked
+# The places previews took given back: less often (it reads the sessions for previews').
+RELEASE_EVERY_S = 30.0
 
 
 class JobRunner:
@@ -42,7 +44,8 @@ class JobRunner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_requeue = 0.0
-        self._last_studies = 0.0
+        self._last_stop_rules = 0.0
+        self._last_release = 0.0
         self._sessions = session_factory(get_engine(database_url))
 
     @classmethod
@@ -86,9 +89,11 @@ class JobRunner:
                 job_service.requeue_stale(db)
             schedule_due(db)
             schedule_refits(db)
-            if now - self._last_studies >= STUDIES_EVERY_S:
-                self._last_studies = now
+            if now - self._last_stop_rules >= STOP_RULES_EVERY_S:
+                self._last_stop_rules = now
                 check_stop_rules(db)
+            if now - self._last_release >= RELEASE_EVERY_S:
+                self._last_release = now
                 release_places(db)
             imports.sweep(db)  # uploads whose process died: their hidden rows go
             self._collect(db)

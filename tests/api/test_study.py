@@ -140,7 +140,7 @@ def test_a_stop_rule_on_answers_stops_the_study_and_ends_sessions(client, auth_h
         answer(client, session, headers, query["token"], first_choice(query))
     check = _status(client, auth_headers)["stop_check"]
     assert check["answers_left"] == 1 and check["further_answers"] == 1 and not check["reached"]
-    assert "Stops in about 1 more answers" in check["summary"]
+    assert check["summary"].startswith("Stops in about 1 more answer,")
     assert study_control.check_stop_rules(db) == []
     query = next_query(client, session, headers)["query"]
     answer(client, session, headers, query["token"], first_choice(query))
@@ -311,3 +311,38 @@ def test_pausing_sends_known_sessions_the_usual_way(app, engine):
             assert issued is None  # no question is leased to anyone
         finally:
             client.delete(f"/api/projects/{slug}?force=true", headers=headers)
+
+
+def _models(db, project, points: list[tuple[int, float]], first_version: int = 1) -> None:
+    """Kernel models as if trained at these (answers, held-out accuracy)."""
+    from app.db.models import Model
+
+    for version, (n_answers, value) in enumerate(points, start=first_version):
+        db.add(
+            Model(
+                project_id=project.id, kind="kernel", version=version, params={},
+                n_answers=n_answers, metrics={"heldout_triplet_accuracy": value},
+                training_seconds=1.0, artifact=b"",
+            )
+        )  # fmt: skip
+    db.commit()
+
+
+def test_a_stop_rule_on_a_model_follows_the_budget_adviser(client, auth_headers, db, study):
+    set_plan(client, auth_headers, study, stop={"kind": "kernel", "target": 0.9})
+    project = db.scalar(select(Project).where(Project.slug == study))
+    check = _status(client, auth_headers)["stop_check"]
+    assert check["further_answers"] is None and "No estimate yet" in check["summary"]
+    # A rising curve below the target: the adviser's estimate of when the rule stops it.
+    _models(db, project, [(100, 0.62), (200, 0.71), (400, 0.78), (800, 0.83)])
+    check = _status(client, auth_headers)["stop_check"]
+    assert check["advice"]["status"] == "reachable" and not check["reached"]
+    assert check["further_answers"] == check["advice"]["further_answers"] > 0
+    assert "90% interval" in check["summary"]
+    assert study_control.check_stop_rules(db) == []
+    # A model at the target: the rule is met and the runner stops the study.
+    _models(db, project, [(1600, 0.91)], first_version=5)
+    check = _status(client, auth_headers)["stop_check"]
+    assert check["reached"] and "kernel reached" in check["reason"]
+    assert study_control.check_stop_rules(db) == [study]
+    assert _status(client, auth_headers)["status"] == "stopped"
