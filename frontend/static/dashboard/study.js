@@ -568,6 +568,8 @@
         params.forEach(function (param) {
           paramsBox.append(paramField(param, (spec.params || {})[param.name], path + ".params"));
         });
+      } else {
+        paramsBox.classList.add("empty-params"); // where a refusal of its params is shown
       }
       card.append(paramsBox);
       const remove = element("button", { type: "button", class: "small ghost remove-strategy", "data-remove": position }, "Remove");
