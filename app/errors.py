@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -15,13 +17,17 @@ DISK_FULL_RETRY_S = 30  # space is freed by a person, not in a second
 
 
 class AppError(Exception):
-    """A request the service refuses; the message says what is wrong."""
+    """A request the service refuses; the message says what is wrong. ``loc``: the path of
+    the body's field to blame, when there is one (``("strategies", 0, "weight")``): the
+    reply then lists it under ``errors`` as a validation error does, so that a form can show
+    the message beside that field."""
 
     status_code = 400
 
-    def __init__(self, detail: str) -> None:
+    def __init__(self, detail: str, loc: Sequence[str | int] | None = None) -> None:
         super().__init__(detail)
         self.detail = detail
+        self.loc = tuple(loc) if loc else None
 
 
 class Unauthorized(AppError):
@@ -90,7 +96,10 @@ def install_error_handlers(app: FastAPI) -> None:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
         if isinstance(exc, TooManyRequests | ServiceUnavailable):
             headers = {"Retry-After": str(exc.retry_after)}
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
+        body: dict = {"detail": exc.detail}
+        if exc.loc:
+            body["errors"] = [{"loc": ["body", *exc.loc], "msg": exc.detail, "type": "value_error"}]
+        return JSONResponse(body, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def handle_validation_error(

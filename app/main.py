@@ -25,6 +25,8 @@ from app.api import (
     plans,
     predictions,
     projects,
+    study,
+    study_pages,
     training,
     worker,
 )
@@ -152,6 +154,8 @@ def create_app(settings: Settings | None = None, *, freeze_heap: bool = False) -
         objects.router,
         answers.router,
         plans.router,
+        study.router,
+        study.catalog,
         participants.router,
         worker.router,
         worker.session_router,
@@ -170,6 +174,7 @@ def create_app(settings: Settings | None = None, *, freeze_heap: bool = False) -
         app.include_router(router, responses=responses)
     _document_in_order(app, routers)
     dashboard.install_dashboard(app)
+    app.include_router(study_pages.router)
     _add_docs(app)
     media = settings.data_dir / "media"
     media.mkdir(parents=True, exist_ok=True)

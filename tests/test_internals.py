@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_round_trips_with_every_fallback(kind: str, tmp_path: Path) -> None:
     url = database_url(kind, tmp_path, "stock")
-    stock = {"TRIPLETLAB_PRIVATE_CURSOR": "false", "TRIPLETLAB_ONE_WRITE": "false"}
+    stock = {"TRIPLETLAB_PRIVATE_CURSOR": "false", "TRIPLETLAB_STOCK_HTTP_PROTOCOL": "true"}
     server = Server(url, tmp_path / "data", env_extra=stock).start()
     try:
         headers = {"Authorization": f"Bearer {server.admin_key()}"}

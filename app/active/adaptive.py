@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from app.active.base import Proposal, Strategy, check_only, step_rng
+from app.active.base import Param, Proposal, Strategy, check_only, step_rng
 from app.active.scoring import CRITERIA, rank_embedding_triplets, rank_kernel_triplets
 
 EMBEDDING_METHODS = ("soe", "tste", "ckl", "gnmds")
@@ -56,14 +56,26 @@ class AdaptiveTriplets(Strategy):
     """
 
     kind = "adaptive"
+    declared = (
+        Param(
+            "kind", "choice", "What it follows: an embedding model, or the k1 / k2 triplet "
+            "kernel (no model needed).", default="embedding", choices=KINDS,
+        ),
+        Param(
+            "method", "choice", "The embedding's method (kind embedding only).",
+            default="tste", choices=EMBEDDING_METHODS,
+        ),
+        Param("dims", "int", "The embedding's dimensions (kind embedding only).", 2, 1, 50),
+        Param("pool", "int", "Candidate pairs scored per anchor.", 50, 1, 10_000),
+        Param("explore", "float", "Share of uniformly random questions mixed in.", 0.1, 0, 1),
+        Param("refresh_every", "int", "Answers between refits of the model.", 25, 1, 1_000_000),
+        Param("score", "choice", "What makes a question informative.", "entropy", choices=SCORES),
+        Param("seed", "int", "Varies the draws.", 0, 0, 2**31 - 1),
+    )  # fmt: skip
 
     def __init__(self, n_objects: int, params: Mapping[str, Any], seed: int) -> None:
         super().__init__(n_objects, params, seed)
-        check_only(
-            params,
-            {"kind", "method", "dims", "pool", "explore", "refresh_every", "seed", "score"},
-            self.kind,
-        )
+        check_only(params, self.param_names(), self.kind)
         self.variant = params.get("kind", "embedding")
         if self.variant not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.variant!r}")

@@ -48,12 +48,61 @@ def step_rng(seed: int, step: int) -> np.random.Generator:
     return np.random.default_rng([seed, step])
 
 
+@dataclass(frozen=True)
+class Param:
+    """One parameter a strategy accepts, declared once beside the strategy: the check of
+    unknown names (:func:`check_only`), the plan builder's form and ``GET /api/strategies``
+    read it. ``kind`` says what a value is: ``int``, ``float``, ``bool``, ``choice`` (one
+    of ``choices``), ``indices`` (a list of object indices) or ``triplets`` (a list of
+    ``[a, b, c]``). ``default`` None: the strategy decides (``description`` says how).
+    ``low``/``high`` bound a number (inclusive; None: unbounded or bounded by the project).
+    The strategy's constructor still checks every value (with the reasons it gives), and a
+    test holds the two together (tests/active/test_strategy_params.py)."""
+
+    name: str
+    kind: str
+    description: str
+    default: Any = None
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "description": self.description,
+            "default": self.default,
+            "low": self.low,
+            "high": self.high,
+            "choices": list(self.choices),
+        }
+
+
 class Strategy(ABC):
     """A source of questions; subclasses set ``kind`` and implement :meth:`propose`."""
 
     kind: ClassVar[str]
     #: whether a question of this strategy is asked ``redundancy`` times
     redundant: ClassVar[bool] = True
+    #: the ``params`` it accepts (see :class:`Param`)
+    declared: ClassVar[tuple[Param, ...]] = ()
+
+    @classmethod
+    def param_names(cls) -> set[str]:
+        return {param.name for param in cls.declared}
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        """What the strategy is and what it accepts, as data: its kind, the first paragraph
+        of its docstring, whether redundancy applies, and its declared params."""
+        doc = (cls.__doc__ or "").strip().split("\n\n", 1)[0]
+        return {
+            "kind": cls.kind,
+            "description": " ".join(doc.split()),
+            "redundant": cls.redundant,
+            "params": [param.as_dict() for param in cls.declared],
+        }
 
     def __init__(self, n_objects: int, params: Mapping[str, Any], seed: int) -> None:
         self.n_objects = n_objects

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from app.active.base import Proposal, Strategy, check_only
+from app.active.base import Param, Proposal, Strategy, check_only
 
 FORMAT = 1
 MAX_TREES = 500
@@ -428,6 +428,13 @@ class ComparisonForestStrategy(Strategy):
     """
 
     kind = "comprf"
+    declared = (
+        Param("n_trees", "int", "Trees of the forest.", 10, 1, MAX_TREES),
+        Param("leaf_size", "int", "Objects in a leaf.", 1, 1, 1_000_000),
+        Param("redundancy", "int", "Answers per pivot question.", 3, 1, MAX_REDUNDANCY),
+        Param("supervised", "bool", "Pivots of different labels (default: with 2+ classes)."),
+        Param("seed", "int", "The trees' seed (default: the plan's).", None, 0, 2**31 - 1),
+    )  # the form's declaration of PARAMS (plan builder, GET /api/strategies)
 
     def __init__(self, n_objects: int, params: Mapping[str, Any], seed: int) -> None:
         super().__init__(n_objects, params, seed)

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from app.active.base import Proposal, Strategy, check_only, step_rng
+from app.active.base import Param, Proposal, Strategy, check_only, step_rng
 
 
 class GoldQuestions(Strategy):
@@ -20,10 +20,16 @@ class GoldQuestions(Strategy):
 
     kind = "gold"
     redundant = False
+    declared = (
+        Param(
+            "triplets", "triplets", "Gold questions [a, b, c]: a is known to be closer to b "
+            "than to c (default: identity checks).",
+        ),
+    )  # fmt: skip
 
     def __init__(self, n_objects: int, params: dict[str, Any], seed: int) -> None:
         super().__init__(n_objects, params, seed)
-        check_only(params, {"triplets"}, self.kind)
+        check_only(params, self.param_names(), self.kind)
         self.triplets = None
         if "triplets" in params:
             triplets = np.asarray(params["triplets"])

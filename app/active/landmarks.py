@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from app.active.base import Proposal, Strategy, check_indices, check_only, step_rng
+from app.active.base import Param, Proposal, Strategy, check_indices, check_only, step_rng
 
 
 class LandmarkTriplets(Strategy):
@@ -23,10 +23,17 @@ class LandmarkTriplets(Strategy):
     """
 
     design = "k1"
+    declared = (
+        Param(
+            "n_landmarks", "int", "Landmarks drawn at random from the seed (default: "
+            "15, or every object if there are fewer).", low=2,
+        ),
+        Param("landmarks", "indices", "The landmarks' object indices (instead of n_landmarks)."),
+    )  # fmt: skip
 
     def __init__(self, n_objects: int, params: dict[str, Any], seed: int) -> None:
         super().__init__(n_objects, params, seed)
-        check_only(params, {"landmarks", "n_landmarks"}, self.kind)
+        check_only(params, self.param_names(), self.kind)
         if "landmarks" in params and "n_landmarks" in params:
             raise ValueError("give either 'landmarks' or 'n_landmarks', not both")
         if "landmarks" in params:
@@ -62,10 +69,16 @@ class LandmarkTriplets(Strategy):
 
 
 class LandmarkK1(LandmarkTriplets):
+    """The k1 landmark design: any object as the anchor, two landmarks as the candidates
+    (Kleindessner & von Luxburg 2017, §2.3)."""
+
     kind = "landmark_k1"
     design = "k1"
 
 
 class LandmarkK2(LandmarkTriplets):
+    """The k2 landmark design: a landmark as the anchor, an object and another landmark as
+    the candidates (Kleindessner & von Luxburg 2017, §2.3)."""
+
     kind = "landmark_k2"
     design = "k2"

@@ -18,7 +18,7 @@ class RandomTriplets(Strategy):
 
     def __init__(self, n_objects: int, params: dict[str, Any], seed: int) -> None:
         super().__init__(n_objects, params, seed)
-        check_only(params, set(), self.kind)
+        check_only(params, self.param_names(), self.kind)
         if n_objects < 3:
             raise ValueError(
                 f"random triplets need at least 3 objects, the project has {n_objects}"
@@ -36,7 +36,7 @@ class RandomPairs(Strategy):
 
     def __init__(self, n_objects: int, params: dict[str, Any], seed: int) -> None:
         super().__init__(n_objects, params, seed)
-        check_only(params, set(), self.kind)
+        check_only(params, self.param_names(), self.kind)
         if n_objects < 2:
             raise ValueError(f"pairs need at least 2 objects, the project has {n_objects}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,27 @@ STRATEGIES: dict[str, type[Strategy]] = {
         ComparisonForestStrategy,
     )
 }
+
+
+class StrategyError(ValueError):
+    """A strategy of a plan that cannot run, with where in the plan: ``loc`` is the path of
+    the field to blame (``("strategies", 0, "params", "n_landmarks")``), for a form to show
+    the message beside it."""
+
+    def __init__(self, message: str, loc: tuple[str | int, ...]) -> None:
+        super().__init__(message)
+        self.loc = loc
+
+
+def _blamed_param(message: str, names: set[str]) -> str | None:
+    """The declared param a strategy's refusal names first (its messages start from, or
+    quote, the param they refuse), if any."""
+    found = [
+        (match.start(), name)
+        for name in names
+        if (match := re.search(rf"(?<![A-Za-z_]){re.escape(name)}(?![A-Za-z_])", message))
+    ]
+    return min(found)[1] if found else None
 
 
 def stream_seed(seed: int, position: int) -> int:
@@ -55,7 +77,8 @@ class Planner:
         Probability that a question is a gold question: from the plan's ``gold``
         strategy if it has one, else an identity check.
 
-    Raises ``ValueError`` naming the strategy for anything it cannot run.
+    Raises :class:`StrategyError` (a ``ValueError``) naming the strategy for anything it
+    cannot run.
     """
 
     def __init__(
@@ -75,15 +98,18 @@ class Planner:
         for position, spec in enumerate(strategies):
             kind = spec["kind"]
             if kind not in STRATEGIES:
-                raise ValueError(
-                    f"strategy {position}: unknown kind {kind!r}; known: {', '.join(STRATEGIES)}"
+                raise StrategyError(
+                    f"strategy {position}: unknown kind {kind!r}; known: {', '.join(STRATEGIES)}",
+                    ("strategies", position, "kind"),
                 )
             try:
                 strategy = STRATEGIES[kind](
                     n_objects, spec.get("params") or {}, stream_seed(seed, position)
                 )
             except ValueError as error:
-                raise ValueError(f"strategy {position} ({kind}): {error}") from error
+                param = _blamed_param(str(error), STRATEGIES[kind].param_names())
+                loc = ("strategies", position, *(("params", param) if param else ()))
+                raise StrategyError(f"strategy {position} ({kind}): {error}", loc) from error
             self.planned.append(PlannedStrategy(strategy, spec["weight"], spec.get("budget")))
         gold = [p.strategy for p in self.planned if p.strategy.kind == "gold"]
         self.gold_source: Strategy | None = None

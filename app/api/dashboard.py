@@ -10,7 +10,6 @@ own projects only (another's is 404), an admin sees all.
 
 from __future__ import annotations
 
-import json
 import secrets
 from typing import Annotated, Any
 
@@ -22,26 +21,22 @@ from fastapi.responses import (
     Response,
     StreamingResponse,
 )
-from pydantic import ValidationError
 
 from app.api import timings
 from app.api.deps import SessionDep, SettingsDep
 from app.api.pages import PAGE_HEADERS, static_version, templates
 from app.api.plans import read_links
-from app.api.plans import update_plan as store_plan
 from app.db.models import ApiKey, Project
 from app.errors import AppError, Forbidden, InvalidInput, NotFound
-from app.schemas.plans import Plan
 from app.services import answers as answer_service
-from app.services import charts, quality, signin
+from app.services import charts, quality, signin, study_control, study_state
 from app.services import dashboard as figures
 from app.services.auth import ROLES, create_key, list_keys, revoke_key
-from app.services.pool import check_plan
 from app.services.projects import get_project, list_projects
 from app.training import jobs as job_service
 from app.training.kinds import KINDS
 
-SESSION_COOKIE = "tl_dashboard"
+SESSION_COOKIE = signin.SESSION_COOKIE
 SIGNIN_COOKIE = "tl_signin"
 DASHBOARD_HEADERS = {
     **PAGE_HEADERS,
@@ -94,6 +89,7 @@ async def _checked_form(request: Request) -> dict[str, str]:
 
 
 CheckedForm = Annotated[dict[str, str], Depends(_checked_form)]
+"""A POST's form fields, its CSRF token checked (403 without)."""
 
 
 def _project(
@@ -105,7 +101,7 @@ def _project(
 DashboardProject = Annotated[Project, Depends(_project)]
 
 
-def _render(
+def render(
     request: Request, name: str, context: dict[str, Any], status_code: int = 200
 ) -> HTMLResponse:
     key: ApiKey | None = context.get("key")
@@ -113,6 +109,7 @@ def _render(
     base = {
         "css_version": static_version("dashboard/dashboard.css"),
         "js_version": static_version("dashboard/dashboard.js"),
+        "study_js_version": static_version("dashboard/study.js"),
         "csrf": signin.csrf_token(token) if token and key else "",
     }
     return templates.TemplateResponse(
@@ -121,7 +118,7 @@ def _render(
     )  # fmt: skip
 
 
-def _done(request: Request, back: str, body: dict[str, Any] | None = None) -> Response:
+def done(request: Request, back: str, body: dict[str, Any] | None = None) -> Response:
     """A script's POST gets JSON; a plain form's gets sent back to the page it came from."""
     if "application/json" in request.headers.get("accept", ""):
         return JSONResponse(body or {"ok": True})
@@ -156,7 +153,7 @@ def read_admin_shortcut() -> RedirectResponse:
 
 def _signin_page(request: Request, error: str = "", status_code: int = 200) -> HTMLResponse:
     nonce = secrets.token_urlsafe(24)
-    response = _render(
+    response = render(
         request, "signin.html", {"signin_csrf": signin.csrf_token(nonce), "error": error},
         status_code=status_code,
     )  # fmt: skip
@@ -183,10 +180,12 @@ def read_home(request: Request, db: SessionDep) -> HTMLResponse:
         "active": sum(r.active_participants for r in rows),
         "jobs": sum(r.jobs_running + r.jobs_queued for r in rows),
     }
+    statuses = {r.project.id: study_state.status(r.project) for r in rows}
     context = {
         "key": key, "rows": rows, "totals": totals, "sparks": sparks, "refresh_url": "/dashboard",
+        "statuses": statuses,
     }  # fmt: skip
-    return _render(request, "home.html", context)
+    return render(request, "home.html", context)
 
 
 @router.post("/signin")
@@ -252,15 +251,10 @@ def _project_context(
         "participants": shown,
         "n_participants": n_participants,
         "n_flagged": n_flagged,
-        "plan_json": json.dumps(project.plan, indent=2) if project.plan else "",
-        "plan_example": json.dumps(
-            {
-                "strategies": [{"kind": "random", "weight": 1, "budget": 1000}],
-                "queries_per_session": 50,
-            },
-            indent=2,
-        ),
         "links": links,
+        "tab": "monitor",
+        "status": study_state.status(project),
+        "check": study_control.stop_check(db, project),
         "progress": figures.strategy_progress(db, project),
         "curves": {
             kind: charts.lines(
@@ -294,9 +288,9 @@ def read_project_page(
     try:
         project = get_project(db, slug, key)
     except NotFound:
-        return _render(request, "missing.html", {"key": key, "what": "project"}, 404)
+        return render(request, "missing.html", {"key": key, "what": "project"}, 404)
     context = _project_context(request, db, settings, key, project, target)
-    return _render(request, "project.html", context)
+    return render(request, "project.html", context)
 
 
 @router.post("/projects/{slug}/participants/{participant_id}/{action}")
@@ -309,33 +303,7 @@ def flag_participant(
     flagged = action == "flag"
     reason = form.get("reason", "")[:1000] if flagged else ""
     result = quality.set_flag(db, project, participant_id, flagged, reason)
-    return _done(request, f"/dashboard/projects/{project.slug}#participants", result.as_dict())
-
-
-@router.post("/projects/{slug}/plan", response_class=HTMLResponse)
-def update_plan(
-    request: Request, db: SessionDep, settings: SettingsDep, key: DashboardKey,
-    project: DashboardProject, form: CheckedForm,
-) -> Response:  # fmt: skip
-    text = form.get("plan", "")
-    error = ""
-    try:
-        plan = Plan.model_validate(json.loads(text))
-        check_plan(project, plan)  # here too, so that its refusal shows beside the plan
-    except json.JSONDecodeError as exc:
-        error = f"not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
-    except ValidationError as exc:
-        error = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'plan'}: {e['msg']}" for e in exc.errors()[:5]
-        )
-    except AppError as exc:
-        error = exc.detail
-    if not error:
-        store_plan(project, plan, db)  # the API's own route: the same checks and effects
-        return _done(request, f"/dashboard/projects/{project.slug}#plan")
-    context = _project_context(request, db, settings, key, project)
-    context.update(plan_json=text, plan_error=error)
-    return _render(request, "project.html", context, status_code=422)
+    return done(request, f"/dashboard/projects/{project.slug}#participants", result.as_dict())
 
 
 @router.post("/projects/{slug}/train")
@@ -346,7 +314,7 @@ def train(
     if kind not in KINDS:
         raise InvalidInput(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     job = job_service.create_job(db, project, kind, {}, trigger="request")
-    return _done(request, f"/dashboard/projects/{project.slug}#jobs", {"job": job.id})
+    return done(request, f"/dashboard/projects/{project.slug}#jobs", {"job": job.id})
 
 
 @router.post("/jobs/{job_id}/cancel")
@@ -358,7 +326,7 @@ def cancel_job(
     back = request.headers.get("referer", "/dashboard")
     if not back.startswith(str(request.base_url)):
         back = "/dashboard"
-    return _done(request, back, {"job": job.id, "status": job.status})
+    return done(request, back, {"job": job.id, "status": job.status})
 
 
 @router.get("/projects/{slug}/answers.{fmt}")
@@ -398,7 +366,7 @@ def _admin_context(db: SessionDep, key: ApiKey) -> dict[str, Any]:
 
 @router.get("/admin", response_class=HTMLResponse)
 def read_admin(request: Request, db: SessionDep, key: AdminDashboardKey) -> HTMLResponse:
-    return _render(request, "admin.html", _admin_context(db, key))
+    return render(request, "admin.html", _admin_context(db, key))
 
 
 @router.post("/admin/keys", response_class=HTMLResponse)
@@ -409,7 +377,7 @@ def create_api_key(
     created, secret = create_key(db, form.get("role", ""), name)
     context = _admin_context(db, key)
     context.update(new_key=created, new_secret=secret)
-    return _render(request, "admin.html", context, status_code=201)
+    return render(request, "admin.html", context, status_code=201)
 
 
 @router.post("/admin/keys/{key_id}/revoke")
@@ -421,4 +389,4 @@ def revoke_api_key(
         response = RedirectResponse("/dashboard", status_code=303)
         response.delete_cookie(SESSION_COOKIE, path="/")
         return response
-    return _done(request, "/dashboard/admin#keys", {"key": revoked.id, "revoked": True})
+    return done(request, "/dashboard/admin#keys", {"key": revoked.id, "revoked": True})

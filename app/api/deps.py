@@ -23,6 +23,7 @@ from app.errors import ClientGone, Forbidden, ServiceUnavailable
 from app.schemas.common import MAX_INT32
 from app.services.auth import authenticate
 from app.services.projects import get_project
+from app.services.signin import SESSION_COOKIE, api_key_of_session
 
 
 async def get_db(request: Request) -> AsyncIterator[Session]:
@@ -116,8 +117,12 @@ SessionDep = Annotated[Session, Depends(get_db)]
 
 
 def get_current_key(
-    db: SessionDep, authorization: Annotated[str | None, Header()] = None
+    request: Request, db: SessionDep, authorization: Annotated[str | None, Header()] = None
 ) -> ApiKey:
+    if authorization is None:  # the dashboard's pages call the API with their session
+        cookie, csrf = request.cookies.get(SESSION_COOKIE), request.headers.get("x-csrf-token")
+        if key := api_key_of_session(db, cookie, request.method, csrf):
+            return key
     return authenticate(db, authorization)
 
 

@@ -12,6 +12,7 @@ from app.schemas.plans import Plan, WorkerLinks
 from app.services.comprf import forget_forests, initial_plan_state, plan_progress
 from app.services.pool import check_plan, discard_unasked
 from app.services.projects import lock_project
+from app.services.study_control import check_stop
 
 router = APIRouter(prefix="/api/projects/{slug}", tags=["plans"])
 
@@ -19,9 +20,13 @@ router = APIRouter(prefix="/api/projects/{slug}", tags=["plans"])
 @router.put("/plan", response_model=Plan)
 def update_plan(project: OwnedProject, plan: Plan, db: SessionDep) -> Plan:
     """Set what to collect. Questions already issued stay valid; budgets count afresh; the
-    questions prepared for the old plan and never asked are dropped."""
+    questions prepared for the old plan and never asked are dropped. Without a ``status``,
+    the study's current one is kept (``running`` for a first plan)."""
     check_plan(project, plan)
+    check_stop(plan)
     lock_project(db, project)
+    if "status" not in plan.model_fields_set and project.plan:
+        plan.status = Plan.model_validate(project.plan).status
     discard_unasked(db, project)
     state = initial_plan_state(db, project, plan)  # comprf: the objects its trees are built on
     project.plan = plan.model_dump(mode="json")

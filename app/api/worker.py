@@ -24,7 +24,7 @@ from app.schemas.worker import (
     SessionCreate,
     SessionOpened,
 )
-from app.services import round_trip, sessions
+from app.services import preview, round_trip, sessions, study_state
 
 router = APIRouter(prefix="/api/w", tags=["worker"], dependencies=[Depends(limit_worker)])
 # The routes a worker calls for every question, matched before any other (app.main).
@@ -109,7 +109,8 @@ def read_public_project(project: ProjectDep) -> PublicProject:
         consent=project.consent,
         question=project.question,
         pair_question=project.pair_question,
-        accepting=project.plan is not None,
+        accepting=study_state.accepting(project),
+        status=study_state.status(project),
     )
 
 
@@ -117,23 +118,32 @@ def read_public_project(project: ProjectDep) -> PublicProject:
 async def create_session(
     slug: Annotated[str, Path(max_length=64)], data: SessionCreate, request: Request
 ) -> Response:
-    """Open (or resume) the session of the participant named by the platform parameters.
+    """Open (or resume) the session of the participant named by the platform parameters; with
+    a ``preview`` token from the dashboard, a researcher's preview session.
 
     The whole open is one function in one turn (:func:`app.api.turns.in_turn`): at a study's
     launch, hundreds of these arrive at once, and they wait on the event loop for their
     turn, holding no connection, rather than in threads that hold one (see ``get_db``); a
     request whose client gave up while it waited opens nothing.
     """
-    identity = sessions.identify(data.model_dump(exclude_none=True, exclude={"simulated"}))
+    identity = sessions.identify(
+        data.model_dump(exclude_none=True, exclude={"simulated", "preview"})
+    )
     source = "simulated" if data.simulated else "crowd"
+    if data.preview is not None:  # a researcher's preview (app/services/preview.py)
+        source, identity.platform = study_state.PREVIEW, preview.PLATFORM
     with request_session(request) as db:
-        opened = await in_turn(_open_session, db, slug, identity, source, request=request)
+        opened = await in_turn(
+            _open_session, db, slug, identity, source, data.preview, request=request
+        )
     return _json(opened, status.HTTP_201_CREATED)
 
 
 def _open_session(
-    db: Session, slug: str, identity: sessions.Identity, source: str
+    db: Session, slug: str, identity: sessions.Identity, source: str, preview_token: str | None
 ) -> SessionOpened:
+    if preview_token is not None:
+        preview.check_token(public_project(db, slug), preview_token)
     opened = sessions.open_session(db, slug, identity, source)
     return SessionOpened(
         session_id=opened.session_id,

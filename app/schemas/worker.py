@@ -15,6 +15,9 @@ class PublicProject(BaseModel):
     question: str
     pair_question: str
     accepting: bool
+    status: str = Field(
+        description="draft (not launched yet), running, paused, stopped, or no_plan"
+    )
 
 
 class SessionCreate(BaseModel):
@@ -41,6 +44,14 @@ class SessionCreate(BaseModel):
     )
     simulated: bool = Field(
         default=False, description="Answers come from a simulated worker (tripletlab simulate)."
+    )
+    preview: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="A preview token from POST /api/projects/{slug}/preview: the session is "
+        "a researcher's preview (served even before launch; its answers are never counted, "
+        "exported or trained on).",
     )
 
 
@@ -76,10 +87,16 @@ class NextQuery(BaseModel):
     done: bool = False
     wait: bool = Field(
         default=False,
-        description="Nothing to ask right now, but the study goes on (its next questions "
-        "wait for answers others are giving): ask again after `retry_after` seconds.",
+        description="Nothing to ask right now, but the study goes on: its next questions wait "
+        "for answers others are giving, or it is paused or not launched yet (`paused`): ask "
+        "again after `retry_after` seconds.",
     )
     retry_after: int | None = None
+    paused: bool = Field(
+        default=False,
+        description="The study is paused or not launched yet (with `wait`): the session goes "
+        "on when it resumes.",
+    )
     completion_code: str | None = None
     redirect_url: str | None = None
     message: str | None = None

@@ -157,7 +157,7 @@ def histogram(db: Session, project: Project, column: Any, edges: tuple[int, ...]
     counts = dict(
         db.execute(
             select(bucket, func.count())
-            .where(Answer.project_id == project.id, column.is_not(None))
+            .where(Answer.project_id == project.id, column.is_not(None), visible_answers())
             .group_by(bucket)
         ).all()
     )

@@ -31,7 +31,7 @@ from collections.abc import Generator
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -50,8 +50,12 @@ Steps = Generator[bool, None, T]
 
 
 def visible_answers(answers: Any = Answer.__table__) -> ColumnElement[bool]:
-    """The condition every reader of answers adds: not a row of an unfinished import."""
-    return or_(answers.c.import_id.is_(None), answers.c.import_id.not_in(select(Import.id)))
+    """The condition every reader of answers adds: not a row of an unfinished import, nor a
+    researcher's preview (``app.services.preview``: counted nowhere, exported never)."""
+    return and_(
+        or_(answers.c.import_id.is_(None), answers.c.import_id.not_in(select(Import.id))),
+        answers.c.source != "preview",
+    )
 
 
 def visible_objects(project_id: Any) -> ColumnElement[bool]:

@@ -105,7 +105,9 @@ def count_answers(db: Session, project: Project) -> dict[str, int]:
 def project_stats(db: Session, project: Project) -> ProjectStats:
     counts = count_answers(db, project)
     n_participants = db.scalar(
-        select(func.count()).select_from(Participant).where(Participant.project_id == project.id)
+        select(func.count())
+        .select_from(Participant)
+        .where(Participant.project_id == project.id, Participant.platform != "preview")
     )
     return ProjectStats.model_validate(
         {

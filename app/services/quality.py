@@ -58,6 +58,8 @@ def _figures(db: Session, project: Project, min_answer_ms: int, participant_id: 
     )
     if participant_id is not None:
         statement = statement.where(Participant.id == participant_id)
+    else:  # a researcher's previews are nobody's data (app.services.preview)
+        statement = statement.where(Participant.platform != "preview")
     for row in db.execute(statement):
         participant, n, gold_n, gold_ok, fast, left, sided, repeat_n, repeat_ok = row
         gold_ok, fast, left, sided, repeat_ok = (

@@ -66,7 +66,7 @@ from app.schemas.worker import (
     ShownObject,
     ShownQuery,
 )
-from app.services import pool, round_trip_sql, sessions
+from app.services import pool, round_trip_sql, sessions, study_state
 from app.services.quality import SET_AUTOMATIC_FLAG, flag_change
 
 log = logging.getLogger(__name__)
@@ -77,9 +77,9 @@ SPARE_CANDIDATES = 2  # open questions a batch claims beyond one per answer
 MAX_CLIENT_MS = 24 * 3600 * 1000
 FILL_ATTEMPTS = 5  # fills a slow path tries before it asks the worker to wait
 WAIT_SECONDS = 3  # a worker told to wait asks again after this
+PAUSED_SECONDS = 30  # a worker of a paused study (or one not launched yet), after this
 EXHAUSTED_MESSAGE = "This study has collected all the answers it needs. Thank you!"
 WAITING_MESSAGE = "The next questions wait for answers other workers are giving right now."
-NOT_COLLECTING = "This study is not collecting answers right now."
 DONE_MESSAGE = "Thank you! You have answered every question."
 
 
@@ -164,7 +164,11 @@ def _params(
         "code_hash": sessions.session_code_hash(session_id),
         "swap": decision.swap,
         "issued_token": rules.query_token(ctx.project_id, answered + 1),
-        "claim_next": decision.from_pool and get_settings().claim_with_answer,
+        # Not while the study is paused, stopped or a draft (a preview's session then takes
+        # the slow path, where study_state.accepting serves it).
+        "claim_next": decision.from_pool
+        and plan.status == "running"
+        and get_settings().claim_with_answer,
     }
 
 
@@ -565,8 +569,17 @@ def _next_held(db: Session, work: Any) -> NextQuery | None:
         )
     if work.finished_at is not None:
         return _done(db, work, DONE_MESSAGE)
-    if not work.plan or work.total == 0:
-        return NextQuery(wait=True, retry_after=WAIT_SECONDS * 10, message=NOT_COLLECTING)
+    if not study_state.accepting(work, work.source) or work.total == 0:
+        # Stopped: the session ends with its code. A draft, paused, or no plan yet: it goes
+        # on when the study does (the page asks again).
+        if study_state.ended(work):
+            if work.answered:
+                sessions.finish(db, work.id)
+                return _done(db, work, study_state.closed_message(work))
+            return NextQuery(done=True, message=study_state.closed_message(work))
+        paused = study_state.come_back_later(work, work.source)
+        return NextQuery(wait=True, paused=paused, retry_after=PAUSED_SECONDS,
+                         message=study_state.closed_message(work))  # fmt: skip
     plan = Plan.model_validate(work.plan)
     decision = rules.next_question(plan.seed, plan.repeat_rate, work.id, work.answered, work.total)
     now = utcnow()

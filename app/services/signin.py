@@ -19,9 +19,12 @@ from sqlalchemy.orm import Session
 from app.config import get_settings
 from app.db.models import ApiKey, DashboardSession, utcnow
 from app.db.session import begin_write
-from app.errors import Unauthorized
+from app.errors import Forbidden, Unauthorized
 from app.services.auth import authenticate, touch_key
 from app.services.sessions import _secret
+
+SESSION_COOKIE = "tl_dashboard"  # the browser's session token (HttpOnly, SameSite=strict)
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def _hash(token: str) -> str:
@@ -90,3 +93,18 @@ def csrf_token(token: str) -> str:
 
 def check_csrf(token: str | None, sent: str | None) -> bool:
     return bool(token) and bool(sent) and hmac.compare_digest(csrf_token(token), sent)
+
+
+def api_key_of_session(
+    db: Session, token: str | None, method: str, sent_csrf: str | None
+) -> ApiKey | None:
+    """The key of a dashboard session calling the researcher API from its pages (no
+    ``Authorization`` header; the cookie ``token``), or None without a live session. A
+    request that changes something must also send the session's CSRF token
+    (``X-CSRF-Token``), as the dashboard's own forms do: 403 without it."""
+    key = session_key(db, token)
+    if key is None:
+        return None
+    if method.upper() not in SAFE_METHODS and not check_csrf(token, sent_csrf):
+        raise Forbidden("missing or wrong X-CSRF-Token: reload the dashboard page and try again")
+    return key

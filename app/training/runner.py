@@ -20,6 +20,8 @@ from app.db.models import Job
 from app.db.session import get_engine, session_factory
 from app.services import imports
 from app.services.adaptive import schedule_refits
+from app.services.preview import release_places
+from app.services.study_control import check_stop_rules
 from app.training import jobs as job_service
 from app.training.executor import Executor, make_executor
 from app.training.retrain import schedule_due
@@ -27,6 +29,9 @@ from app.training.work import run_job
 
 log = logging.getLogger(__name__)
 REQUEUE_EVERY_S = 10.0
+STOP_RULES_EVERY_S = 5.0  # the studies' stop rules checked
+# The places previews took given back: less often (it reads the sessions for previews').
+RELEASE_EVERY_S = 30.0
 
 
 class JobRunner:
@@ -41,6 +46,8 @@ class JobRunner:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_requeue = 0.0
+        self._last_stop_rules = 0.0
+        self._last_release = 0.0
         self._sessions = session_factory(get_engine(database_url))
         faults.watch()
 
@@ -82,7 +89,8 @@ class JobRunner:
             self._stop.wait(self.poll_s)
 
     def tick(self) -> None:
-        """One round: re-queue dead jobs, schedule retraining, collect results, start jobs."""
+        """One round: re-queue dead jobs, schedule retraining, stop studies whose stop rule is
+        met, collect results, start jobs."""
         with self._sessions() as db:
             now = time.monotonic()
             if now - self._last_requeue >= REQUEUE_EVERY_S:
@@ -90,6 +98,12 @@ class JobRunner:
                 job_service.requeue_stale(db)
             schedule_due(db)
             schedule_refits(db)
+            if now - self._last_stop_rules >= STOP_RULES_EVERY_S:
+                self._last_stop_rules = now
+                check_stop_rules(db)
+            if now - self._last_release >= RELEASE_EVERY_S:
+                self._last_release = now
+                release_places(db)
             imports.sweep(db)  # uploads whose process died: their hidden rows go
             self._collect(db)
             while len(self.running) < self.capacity:

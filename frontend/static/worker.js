@@ -74,6 +74,12 @@
 
   function readPlatform() {
     const query = new URLSearchParams(window.location.search);
+    if (query.get("preview")) {
+      // A researcher's preview from the dashboard: a session of its own on every load,
+      // counted nowhere (the server checks the token).
+      const id = randomId();
+      return { kind: "study-preview", params: { anonymous_id: id, preview: query.get("preview") }, identity: id };
+    }
     if (query.get("PROLIFIC_PID")) {
       const params = pick(query, ["PROLIFIC_PID", "STUDY_ID", "SESSION_ID"]);
       return { kind: "prolific", params, identity: params.PROLIFIC_PID };
@@ -410,7 +416,8 @@
     setBusy(true);
     $("intro-error").hidden = true;
     $("start").disabled = true;
-    const body = { ...platform.params, resume_secret: resumeSecret() };
+    const preview = platform.kind === "study-preview"; // nothing kept: a fresh session each load
+    const body = preview ? { ...platform.params } : { ...platform.params, resume_secret: resumeSecret() };
     const result = await request("POST", `${config.api}/sessions`, body, {
       auth: false,
     });
@@ -427,7 +434,7 @@
     state.sessionToken = data.session_token;
     state.total = Number(data.total) || 0;
     state.answered = Number(data.answered) || 0;
-    storeSet(startedKey, "1");
+    if (!preview) storeSet(startedKey, "1");
     updateProgress();
     if ($("question").hidden) showScreen("loading");
     await loadNext();
@@ -465,6 +472,7 @@
       data = result.data;
     }
     if (data.done) return showDone(data);
+    if (data.paused) return showPaused(data);
     if (data.wait || !data.query) return showWait(data);
     const query = data.query;
     if (query.total) state.total = Number(query.total);
@@ -539,14 +547,17 @@
     const code = typeof data.completion_code === "string" ? data.completion_code : "";
     if (code) state.answered = Math.max(state.answered, state.total);
     updateProgress();
-    $("done-title").textContent = code ? "All done" : "Nothing to answer right now";
+    $("done-title").textContent = code ? "All done" : data.paused ? "Paused" : "Nothing to answer right now";
+    $("retry-block").hidden = !data.paused;
     $("done").classList.toggle("no-code", !code);
     $("done-message").textContent = data.message || "You have answered every question.";
     $("completion-code").textContent = code;
     $("code-block").hidden = !code;
     showScreen("done");
     $("done-title").focus({ preventScroll: true });
-    announce(code ? `Finished. Your completion code is ${code}.` : "Finished.");
+    announce(
+      code ? `Finished. Your completion code is ${code}.` : data.paused ? "The study is paused." : "Finished.",
+    );
 
     const submit = data.mturk_submit;
     const submitUrl = submit ? safeUrl(submit.url) : null;
@@ -583,6 +594,16 @@
         },
       );
     }
+  }
+
+  // The study is paused (or not launched yet): the worker keeps their session; the page
+  // says so, offers to try again, and asks again by itself now and then.
+  function showPaused(data) {
+    showDone(data);
+    const seconds = Math.min(Math.max(Number(data.retry_after) || 30, 5), 300);
+    window.setTimeout(() => {
+      if (!$("done").hidden && !$("retry-block").hidden) loadNext();
+    }, seconds * 1000);
   }
 
   // Nothing to ask right now, but the study goes on (its next questions wait for answers
@@ -669,9 +690,16 @@
 
   // ---- start ----------------------------------------------------------------------------
 
+  const CLOSED = {
+    draft: "This study has not started yet. Please come back later.",
+    paused: "This study is paused for now. Please come back later.",
+    stopped: "This study has ended and takes no more answers. Thank you for your interest!",
+  };
+
   async function checkAccepting() {
     const result = await sendOnce("GET", config.api, undefined, false);
     if (result.status === 200 && result.data.accepting === false) {
+      $("closed-note").textContent = CLOSED[result.data.status] || $("closed-note").textContent;
       $("closed-note").hidden = false;
       $("start").hidden = true;
     }
@@ -681,6 +709,11 @@
     document.addEventListener("keydown", onKey);
     $("question").addEventListener("click", onClick);
     $("copy-code").addEventListener("click", copyCode);
+    $("retry").addEventListener("click", () => {
+      $("retry-block").hidden = true;
+      showScreen("loading");
+      loadNext();
+    });
     $("start").addEventListener("click", () => {
       $("start").hidden = true;
       showScreen("loading");
@@ -692,6 +725,12 @@
       $("preview-note").hidden = false;
       $("start").hidden = true;
       showScreen("intro");
+      return;
+    }
+    if (platform.kind === "study-preview") {
+      $("study-preview-note").hidden = false;
+      showScreen("intro");
+      $("start").hidden = false; // served before launch too: no check of the study's status
       return;
     }
     if (storeGet(startedKey)) {

@@ -259,7 +259,9 @@ def test_ranking_project_shows_svmcompare_ranking_to_its_researcher(filled, page
     assert ranking.count() == 24
     assert f"item 0 {XSS}" in page.locator("#ranking").text_content()
     assert page.locator("#models figure").count() == 1  # svmcompare's learning curve
-    # The plan editor shows a refusal beside the plan and keeps what was typed.
+    # The plan's JSON (on the plan page) shows a refusal beside it and keeps what was typed.
+    page.goto(f"{filled.url}/dashboard/projects/{RANKED}/plan")
+    page.click("#plan-json-view summary")
     page.fill("#plan-json", '{"strategies": [{"kind": "pairs", "weight": -1}]}')
     page.click("#plan-form button[type=submit]")
     assert "weight" in page.text_content("#plan-error")

@@ -1,6 +1,6 @@
 """Hostile and slow clients against a real `tripletlab serve`, over real sockets: a worker
 body over the limit is refused before it is sent, connections that send their headers or
-body too slowly are closed (app.http_protocol), HSTS is sent over HTTPS, and serve speaks
+body too slowly are closed (app.internals), HSTS is sent over HTTPS, and serve speaks
 HTTPS itself given a certificate."""
 
 from __future__ import annotations
