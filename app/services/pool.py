@@ -67,7 +67,7 @@ def check_plan(project: Project, plan: Plan) -> None:
     try:
         planner_for(project, plan)
     except ValueError as error:
-        raise InvalidInput(str(error)) from error
+        raise InvalidInput(str(error), getattr(error, "loc", None)) from error
 
 
 @dataclass(frozen=True)

@@ -68,8 +68,9 @@ def test_a_draft_gives_workers_nothing_but_serves_a_preview(client, auth_headers
     set_plan(client, auth_headers, study, status="draft")
     session, headers = open_session(client, study)
     body = next_query(client, session, headers)
-    assert body["done"] and body["paused"] and body["completion_code"] is None
-    assert "not started" in body["message"]
+    # Not the end: the session waits for the launch (the page asks again by itself).
+    assert body["wait"] and body["paused"] and not body["done"]
+    assert body["completion_code"] is None and "not started" in body["message"]
     session, headers = _preview_session(client, auth_headers)
     assert next_query(client, session, headers)["query"]["kind"] == "triplet"
 
@@ -124,7 +125,7 @@ def test_pause_keeps_sessions_and_tells_workers_resume_goes_on(client, auth_head
     assert client.post(f"/api/projects/{study}/pause", headers=auth_headers).status_code == 409
     # The question already shown may be answered; no new one is given.
     reply = answer(client, session, headers, shown["token"], first_choice(shown)).json()
-    assert reply["next"]["done"] and reply["next"]["paused"]
+    assert reply["next"]["wait"] and reply["next"]["paused"] and not reply["next"]["done"]
     assert "paused" in reply["next"]["message"] and reply["next"]["completion_code"] is None
     assert client.get(f"/api/w/{study}").json()["accepting"] is False
     resumed = client.post(f"/api/projects/{study}/resume", headers=auth_headers)
@@ -278,9 +279,10 @@ def test_the_dashboard_session_calls_the_api_with_its_csrf_token(client, db):
     assert client.get("/api/projects").status_code == 401
 
 
-def test_pausing_sends_known_sessions_the_usual_way(app, engine):
-    """A session this process remembers (its next answer taken in one statement) gets no new
-    question once the study is paused: the plan it remembered has changed."""
+def test_pausing_stops_new_questions_of_sessions_under_way(app, engine):
+    """A session under way (its next answer taken with the next question in one statement)
+    gets no new question once the study is paused: the plan the statement decided with has
+    changed."""
     from fastapi.testclient import TestClient
 
     from tests.factories import committed_requests
@@ -301,7 +303,7 @@ def test_pausing_sends_known_sessions_the_usual_way(app, engine):
             assert next_query(client, session, worker)["query"]["token"] == query["token"]
             reply = answer(client, session, worker, query["token"], first_choice(query)).json()
             assert reply["answered"] == 2
-            assert reply["next"]["done"] and reply["next"]["paused"]
+            assert reply["next"]["wait"] and reply["next"]["paused"]
             with Session(engine) as db:
                 project = db.scalar(select(Project).where(Project.slug == slug))
                 leased = select(Question.live).where(
