@@ -219,7 +219,7 @@ def run_triplets(name: str, X: np.ndarray, dims: int, n_workers: int, args, seed
     n = len(X)
     crowd = simulate_triplets(X, n_workers, args.answers, seed)
     started = time.perf_counter()
-    model = CrowdReliability(n_components=dims, random_state=seed).fit(
+    model = CrowdReliability(n_components=dims, n_folds=args.folds, random_state=seed).fit(
         crowd.rows, crowd.workers, sides=crowd.sides, n_objects=n
     )
     seconds = time.perf_counter() - started
@@ -240,7 +240,7 @@ def run_pairs(X: np.ndarray, n_workers: int, args, seed: int) -> dict:  # type: 
     rank = (X**2).sum(axis=1)
     crowd = simulate_pairs(rank, n_workers, args.answers, seed)
     started = time.perf_counter()
-    model = CrowdReliability(random_state=seed).fit(
+    model = CrowdReliability(n_folds=args.folds, random_state=seed).fit(
         pairs=crowd.rows, pair_workers=crowd.workers, pair_sides=crowd.sides, n_objects=n
     )
     seconds = time.perf_counter() - started
@@ -270,6 +270,7 @@ def main() -> None:
     parser.add_argument("--datasets", nargs="+", default=["blobs30", "digits300", "quadratic"])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--answers", type=int, default=20, help="answers per worker")
+    parser.add_argument("--folds", type=int, default=5, help="CrowdReliability's n_folds")
     args = parser.parse_args()
     for name in args.datasets:
         runs = []
@@ -292,7 +293,10 @@ def main() -> None:
 
 
 def report(name: str, args, runs: list[dict]) -> None:  # type: ignore[no-untyped-def]
-    print(f"\n## {name}, {len(runs)} seeds, {args.answers} answers per worker")
+    print(
+        f"\n## {name}, {len(runs)} seeds, {args.answers} answers per worker, "
+        f"{args.folds} fold(s)"
+    )
     for key in runs[0]:
         values = np.array([r[key] for r in runs], dtype=float)
         cells = " ".join(f"{v:.3f}" for v in values)

@@ -18,6 +18,7 @@ from app.db.models import Job
 from app.db.session import get_engine, session_factory
 from app.services import imports
 from app.services.adaptive import schedule_refits
+from app.services.reliability import schedule_reliability
 from app.training import jobs as job_service
 from app.training.executor import Executor, make_executor
 from app.training.retrain import schedule_due
@@ -73,7 +74,8 @@ class JobRunner:
             self._stop.wait(self.poll_s)
 
     def tick(self) -> None:
-        """One round: re-queue dead jobs, schedule retraining, collect results, start jobs."""
+        """One round: re-queue dead jobs, schedule retraining (policies, adaptive refits, the
+        crowd's reliability), collect results, start jobs."""
         with self._sessions() as db:
             now = time.monotonic()
             if now - self._last_requeue >= REQUEUE_EVERY_S:
@@ -81,6 +83,7 @@ class JobRunner:
                 job_service.requeue_stale(db)
             schedule_due(db)
             schedule_refits(db)
+            schedule_reliability(db)
             imports.sweep(db)  # uploads whose process died: their hidden rows go
             self._collect(db)
             while len(self.running) < self.capacity:

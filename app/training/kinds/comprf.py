@@ -8,7 +8,7 @@ kept current by ``app/services/comprf.py``); a job reads it as it stands
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -22,6 +22,11 @@ from app.training.kinds._common import ModelKindSpec, Params, Progress, Trained,
 
 
 class ComprfParams(Params):
+    weighting: Literal["none"] = Field(
+        default="none",
+        description="none only: the forest's nodes count their votes as the answers arrive "
+        "(app/services/comprf.py), before any reliability is known.",
+    )
     position: int | None = Field(
         default=None,
         ge=0,
