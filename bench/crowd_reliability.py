@@ -294,8 +294,7 @@ def main() -> None:
 
 def report(name: str, args, runs: list[dict]) -> None:  # type: ignore[no-untyped-def]
     print(
-        f"\n## {name}, {len(runs)} seeds, {args.answers} answers per worker, "
-        f"{args.folds} fold(s)"
+        f"\n## {name}, {len(runs)} seeds, {args.answers} answers per worker, {args.folds} fold(s)"
     )
     for key in runs[0]:
         values = np.array([r[key] for r in runs], dtype=float)
