@@ -1,4 +1,4 @@
-"""Adaptive triplets: ask what the current model is least sure of.
+"""Adaptive triplets (and pairs with ties): ask what the current model is least sure of.
 
 The strategy itself only hands out questions from a ranked batch kept in its state;
 the batch is scored ahead of demand — when a model the strategy follows lands — by
@@ -16,10 +16,17 @@ from typing import Any
 import numpy as np
 
 from app.active.base import Proposal, Strategy, check_only, step_rng
-from app.active.scoring import CRITERIA, rank_embedding_triplets, rank_kernel_triplets
+from app.active.scoring import (
+    CRITERIA,
+    PAIR_CRITERIA,
+    rank_embedding_triplets,
+    rank_kernel_triplets,
+    rank_pairs,
+)
 
 EMBEDDING_METHODS = ("soe", "tste", "ckl", "gnmds")
-KINDS = ("embedding", "k1", "k2")
+KINDS = ("embedding", "k1", "k2", "pairs")
+RANKING_MODELS = ("bradley_terry", "svmcompare")  # what kind "pairs" follows
 SCORES = CRITERIA
 BATCH_PER_REFRESH = 2  # a batch holds this many refreshes' worth of questions
 
@@ -48,9 +55,15 @@ class AdaptiveTriplets(Strategy):
         ``"k1"`` / ``"k2"``
         follow the triplet kernels of Kleindessner & von Luxburg (2017) and ask the
         comparisons that support their least-known kernel values (no model needed, the
-        answers suffice). ``explore`` (default 0.1) is the share of uniformly random
-        questions mixed in; ``refresh_every`` (default 25) the answers between refits;
-        ``seed`` (default 0) varies the draws.
+        answers suffice); ``"pairs"`` asks pairs with ties (better / about the same /
+        worse) and follows the project's latest ranking ``model``: ``"bradley_terry"``
+        (default; no features needed) or ``"svmcompare"`` (a Davidson link fitted to its
+        ranking), asking for each object in turn the partner of a random ``pool`` whose
+        three-way outcome is least sure, by ``score`` ``"margin"`` (default), ``"entropy"``
+        or ``"confidence"`` (:func:`app.active.scoring.rank_pairs`).
+        ``explore`` (default 0.1) is the share of uniformly random questions mixed in;
+        ``refresh_every`` (default 25) the answers between refits; ``seed`` (default 0)
+        varies the draws.
 
     Until a batch has been scored (no model yet) every question is random.
     """
@@ -61,7 +74,8 @@ class AdaptiveTriplets(Strategy):
         super().__init__(n_objects, params, seed)
         check_only(
             params,
-            {"kind", "method", "dims", "pool", "explore", "refresh_every", "seed", "score"},
+            {"kind", "method", "dims", "pool", "explore", "refresh_every", "seed", "score"}
+            | {"model"},
             self.kind,
         )
         self.variant = params.get("kind", "embedding")
@@ -74,9 +88,18 @@ class AdaptiveTriplets(Strategy):
             )
         if self.variant != "embedding" and ("method" in params or "dims" in params):
             raise ValueError(f"method and dims apply to kind 'embedding', not {self.variant!r}")
-        self.score = params.get("score", "entropy")
-        if self.score not in SCORES:
-            raise ValueError(f"score must be one of {', '.join(SCORES)}, got {self.score!r}")
+        self.ranking_model = params.get("model", "bradley_terry")
+        if self.variant != "pairs" and "model" in params:
+            raise ValueError(f"model applies to kind 'pairs', not {self.variant!r}")
+        if self.ranking_model not in RANKING_MODELS:
+            raise ValueError(
+                f"model must be one of {', '.join(RANKING_MODELS)}, got {self.ranking_model!r}"
+            )
+
+        scores = PAIR_CRITERIA if self.variant == "pairs" else SCORES
+        self.score = params.get("score", scores[0])
+        if self.score not in scores:
+            raise ValueError(f"score must be one of {', '.join(scores)}, got {self.score!r}")
         self.dims = _integer(params, "dims", 2, 1, 50)
         self.pool = _integer(params, "pool", 50, 1, 10_000)
         self.refresh_every = _integer(params, "refresh_every", 25, 1, 1_000_000)
@@ -86,19 +109,28 @@ class AdaptiveTriplets(Strategy):
         self.explore = float(explore)
         self.param_seed = _integer(params, "seed", 0, 0, 2**31 - 1)
         self.seed = int(np.random.SeedSequence([seed, self.param_seed]).generate_state(1)[0])
-        if n_objects < 3:
-            raise ValueError(
-                f"adaptive triplets need at least 3 objects, the project has {n_objects}"
-            )
+        if n_objects < (2 if self.variant == "pairs" else 3):
+            what = "pairs need at least 2" if self.variant == "pairs" else "triplets need 3"
+            raise ValueError(f"adaptive {what} objects, the project has {n_objects}")
 
     # ------------------------------------------------------------ what it follows
     @property
     def model_kind(self) -> str:
-        """The model kind whose landing refreshes the batch: embedding or kernel."""
+        """The model kind whose landing refreshes the batch: embedding, kernel, or the
+        ranking model of pairs."""
+        if self.variant == "pairs":
+            return self.ranking_model
         return "embedding" if self.variant == "embedding" else "kernel"
+
+    @property
+    def answer_kind(self) -> str:
+        """The kind of answer this strategy's questions get: triplet or pair."""
+        return "pair" if self.variant == "pairs" else "triplet"
 
     def model_params(self) -> dict[str, Any]:
         """Training params of the model this strategy asks to be refit."""
+        if self.variant == "pairs":
+            return {}
         if self.variant == "embedding":
             return {"method": self.method, "dims": self.dims}
         return {"kernel": self.variant}
@@ -107,6 +139,8 @@ class AdaptiveTriplets(Strategy):
         """Whether a model of ``kind`` with ``params`` is one this strategy scores with."""
         if kind != self.model_kind:
             return False
+        if self.variant == "pairs":
+            return True
         if self.variant == "embedding":
             return params.get("method") == self.method and params.get("dims") == self.dims
         return params.get("kernel") == self.variant and not params.get("landmarks")
@@ -124,8 +158,11 @@ class AdaptiveTriplets(Strategy):
         cursor = int(state.get("next", 0))
         if rng.random() >= self.explore and cursor < len(batch):
             state["next"] = cursor + 1
-            anchor, first, second = batch[cursor]
-            return Proposal("triplet", (anchor, first, second), self.kind, ref={"scored": 1})
+            kind = "pair" if self.variant == "pairs" else "triplet"
+            return Proposal(kind, tuple(batch[cursor]), self.kind, ref={"scored": 1})
+        if self.variant == "pairs":
+            left, right = rng.choice(self.n_objects, 2, replace=False)
+            return Proposal("pair", (int(left), int(right)), self.kind)
         anchor, first, second = rng.choice(self.n_objects, 3, replace=False)
         return Proposal("triplet", (int(anchor), int(first), int(second)), self.kind)
 
@@ -155,6 +192,9 @@ class AdaptiveTriplets(Strategy):
         embedding: np.ndarray | None = None,
         model_id: int | None = None,
         answer_id: int | None = None,
+        pairs: np.ndarray | None = None,
+        scores: np.ndarray | None = None,
+        tie: float | None = None,
     ) -> dict[str, Any]:
         """A new state holding a freshly scored batch: for each anchor in round-robin
         order, the most informative candidate of its pool (Salmon's ARR: every head in
@@ -162,11 +202,31 @@ class AdaptiveTriplets(Strategy):
         which kept returning to the same few anchors).
 
         ``triplets`` are the answers the model saw; ``embedding`` its points (kind
-        ``"embedding"``). Deterministic given the state, the inputs and the seed.
+        ``"embedding"``). Kind ``"pairs"``: ``pairs`` the pair answers (left, right, outcome),
+        ``scores`` and ``tie`` the ranking's Davidson scores and tie parameter; the batch
+        goes round the objects the same way, each with its least sure partner.
+        Deterministic given the state, the inputs and the seed.
         """
         version = int(state.get("refreshes", 0)) + 1
         rng = np.random.default_rng([self.seed, 2, version])
         anchors, start = self.next_anchors(state, self.batch_size)
+        if self.variant == "pairs":
+            if scores is None or tie is None:
+                raise ValueError("kind 'pairs' needs the ranking's scores and tie parameter")
+            if len(scores) != self.n_objects:
+                raise ValueError(
+                    f"the ranking has {len(scores)} scores, the project {self.n_objects} objects"
+                )
+            answered = np.empty((0, 3), dtype=np.intp) if pairs is None else pairs
+            rows, _ = rank_pairs(scores, float(tie), answered, anchors, self.pool, rng, self.score)
+            return {
+                "batch": rows.tolist(),
+                "next": 0,
+                "start": start,
+                "refreshes": version,
+                "model_id": model_id,
+                "answer_id": answer_id,
+            }
         if self.variant == "embedding":
             if embedding is None:
                 raise ValueError("kind 'embedding' needs the model's embedding")

@@ -65,13 +65,18 @@ def progress_reporter(db: Session, job_id: int) -> Callable[[float, str], None]:
 
 
 def _after_model(
-    db: Session, project_id: int, model: Model, artifact: dict, triplets: np.ndarray
+    db: Session,
+    project_id: int,
+    model: Model,
+    artifact: dict,
+    triplets: np.ndarray,
+    pairs: np.ndarray | None = None,
 ) -> None:
     """Hooks on a stored model: adaptive strategies score their next questions with it; a
     reliability model's figures go to its participants. A failure here is logged; the model
     stays stored."""
     try:
-        refresh_batches(db, project_id, model, artifact, triplets)
+        refresh_batches(db, project_id, model, artifact, triplets, pairs)
     except Exception:
         db.rollback()
         log.exception("scoring adaptive questions with model %s failed", model.id)
@@ -154,7 +159,7 @@ def run_training(
             db.rollback()
             return "cancelled"
         db.commit()
-        _after_model(db, project.id, model, trained.artifact, data.triplets)
+        _after_model(db, project.id, model, trained.artifact, data.triplets, data.pairs)
         if extra_progress is not None:
             extra_progress(1.0, "done")
         return "succeeded"
