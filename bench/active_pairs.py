@@ -100,19 +100,20 @@ def collect(column: str, X, quality, tau, args, seed: int, test) -> list[tuple]:
         done = step + 1
         if column != "random" and done % args.refresh == 0 and done < budget:
             so_far = answered[:done]
+            scores = None
             if column == "adaptive":
                 model = BradleyTerryDavidson().fit(so_far, n)
                 scores, tie = model.scores_, model.tie_
             else:
                 svm = svm_fit(Z, so_far)
-                if svm is None:
-                    continue
-                rank = svm.rank(Z)
-                scale, tie = calibrate_link(rank, so_far)
-                scores = scale * rank
-            state = strategy.refreshed_state(
-                state, np.empty((0, 3), dtype=np.intp), pairs=so_far, scores=scores, tie=tie
-            )
+                if svm is not None:  # else: no model yet, the batch stays as it is
+                    rank = svm.rank(Z)
+                    scale, tie = calibrate_link(rank, so_far)
+                    scores = scale * rank
+            if scores is not None:
+                state = strategy.refreshed_state(
+                    state, np.empty((0, 3), dtype=np.intp), pairs=so_far, scores=scores, tie=tie
+                )
         if done in checkpoints:
             so_far = answered[:done]
             btd = BradleyTerryDavidson().fit(so_far, n)
