@@ -171,7 +171,9 @@ async def ours_worker(
         if nxt.get("done"):
             return
         query = nxt["query"]
-        answer = {"token": query["token"], "choice": query["objects"][1]["index"]}
+        # A triplet's left candidate; a pair's "about the same" (--strategy adaptive_pairs).
+        choice = query["objects"][1]["index"] if query["kind"] == "triplet" else 0
+        answer = {"token": query["token"], "choice": choice}
         status, body = await connection.request(
             "POST",
             f"/api/w/sessions/{session_id}/answers",
@@ -340,12 +342,18 @@ def connection_split(system: System, port: int) -> str:
 ADAPTIVE_REFRESH = 100
 
 
-def wait_for_adaptive_batch(client: httpx.Client, headers: dict[str, str]) -> None:
-    triplets = np.random.default_rng(0).permuted(
+def wait_for_adaptive_batch(
+    client: httpx.Client, headers: dict[str, str], pairs: bool = False
+) -> None:
+    rows = np.random.default_rng(0).permuted(
         np.tile(np.arange(1000), (ADAPTIVE_REFRESH, 1)), axis=1
     )[:, :3]
+    if pairs:  # (left, right, outcome): a third each of -1, 0, 1
+        rows[:, 2] = np.arange(len(rows)) % 3 - 1
     response = client.post(
-        "/api/projects/bench/answers", json={"triplets": triplets.tolist()}, headers=headers
+        "/api/projects/bench/answers",
+        json={"pairs" if pairs else "triplets": rows.tolist()},
+        headers=headers,
     )
     assert response.status_code == 201, response.text
     deadline = time.monotonic() + 300
@@ -366,9 +374,12 @@ def setup_project(
         client.post("/api/projects", json={"slug": "bench", "name": "bench"}, headers=headers)
         objects = [{"name": f"o{i}"} for i in range(1000)]
         client.post("/api/projects/bench/objects", json=objects, headers=headers)
-        spec = {"kind": strategy, "weight": 1}
+        spec: dict = {"kind": strategy, "weight": 1}
         if strategy == "adaptive":
             spec["params"] = {"refresh_every": ADAPTIVE_REFRESH}
+        if strategy == "adaptive_pairs":  # issue 33: Bradley-Terry refits, pairs from the batch
+            spec = {"kind": "adaptive", "weight": 1}
+            spec["params"] = {"kind": "pairs", "refresh_every": ADAPTIVE_REFRESH}
         plan = {
             "strategies": [spec],
             "queries_per_session": 5000,  # the most a plan allows
@@ -376,8 +387,8 @@ def setup_project(
             "repeat_rate": 0.05,
         }
         assert client.put("/api/projects/bench/plan", json=plan, headers=headers).status_code == 200
-        if strategy == "adaptive":
-            wait_for_adaptive_batch(client, headers)
+        if strategy.startswith("adaptive"):
+            wait_for_adaptive_batch(client, headers, pairs=strategy == "adaptive_pairs")
         sessions = []
         for i in range(n_workers):
             body = client.post("/api/w/bench/sessions", json={"participant": f"w{i}"}).json()
@@ -392,7 +403,7 @@ def ours(
     if database_url:
         reset_postgres(database_url)
     # adaptive needs the job runner: its refits run there, as in production.
-    run_jobs = "true" if strategy == "adaptive" else "false"
+    run_jobs = "true" if strategy.startswith("adaptive") else "false"
     settings = {"run_jobs": run_jobs, "web_workers": str(processes)}
     with running_server(database_url, **settings) as server:
         sessions = setup_project(server.base, server.key, n_sessions, strategy)
@@ -567,9 +578,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--strategy",
-        choices=("random", "adaptive"),
+        choices=("random", "adaptive", "adaptive_pairs"),
         default="random",
-        help="the plan's strategy (adaptive: see ADAPTIVE_REFRESH; the job runner is on)",
+        help="the plan's strategy (adaptive: see ADAPTIVE_REFRESH; adaptive_pairs: adaptive "
+        "with kind pairs; the job runner is on for both)",
     )
     args = parser.parse_args()
     seconds = 4.0 if args.quick else 10.0

@@ -98,6 +98,9 @@ class ModelKindSpec:
     #: what the kind reads from the database beyond the answers, onto ``data`` (comprf: the
     #: forest the crowd built); ``load(db, project, data, params)``, before ``requirements``
     load: Callable[[Session, Any, TrainingData, Any], None] | None = None
+    #: whether the dashboard draws its learning curve with the budget adviser (not for the
+    #: crowd's reliability, whose figures describe the participants, not a model's accuracy)
+    learning_curve: bool = True
 
 
 def weights_of(weights: np.ndarray | None, rows: np.ndarray | slice) -> np.ndarray | None:

@@ -93,4 +93,5 @@ KIND = ModelKindSpec(
     requirements=requirements,
     train=train,
     metric="mean_reliability",
+    learning_curve=False,
 )
