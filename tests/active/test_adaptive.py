@@ -332,7 +332,7 @@ def test_pairs_batch_asks_each_objects_least_sure_partner_once():
     answered = np.array([[0, 1, 1], [5, 6, 0]])
     state = strategy.refreshed_state({}, np.empty((0, 3)), pairs=answered, scores=scores, tie=2.0)
     batch = state["batch"]
-    assert len(batch) > 12  # two rounds of the objects (2 x refresh_every = 50), less repeats
+    assert len(batch) > 12  # 2 x refresh_every = 20 objects in the round, less repeats
     keys = {tuple(sorted(row)) for row in batch}
     assert len(keys) == len(batch)  # no pair twice
     assert not keys & {(0, 1), (5, 6)}  # nor one answered before
