@@ -103,9 +103,9 @@ class AdaptiveTriplets(Strategy):
         self.dims = _integer(params, "dims", 2, 1, 50)
         self.pool = _integer(params, "pool", 50, 1, 10_000)
         # 10, not 25 (issue 33): answers to random's final accuracy on blobs30 at 10% noise,
-        # in-process, 3 seeds, budget 900: 428 against 25's 439-466 earlier runs (README);
-        # a refit of a small project costs ~1 s in the job runner, and one runs at a time
-        # per project, so on a large one the refits simply follow each other.
+        # in-process, 3 seeds, budget 900: 428 against 519 (docs/crowd-quality.md). A refit
+        # of a small project costs ~1-2 s in the job runner, and one runs at a time per
+        # project, so on a large one the refits simply follow each other.
         self.refresh_every = _integer(params, "refresh_every", 10, 1, 1_000_000)
         explore = params.get("explore", 0.1)
         if not isinstance(explore, Real) or isinstance(explore, bool) or not 0 <= explore <= 1:
