@@ -148,11 +148,13 @@ def test_adaptive_pairs_follow_a_bradley_terry_ranking(live, engine, pool):
         assert answer(client, session_id, worker, query["token"], 0).status_code == 201
     assert kinds == ["pair"] * 5
     with Session(engine) as db:
-        scored = [
-            q
-            for q in db.scalars(select(Question).where(Question.strategy == "adaptive"))
-            if (q.strategy_ref or {}).get("scored")
-        ]
+        project = db.scalars(select(Project).where(Project.slug == study.slug)).one()
+        questions = db.scalars(
+            select(Question).where(
+                Question.project_id == project.id, Question.strategy == "adaptive"
+            )
+        )
+        scored = [q for q in questions if (q.strategy_ref or {}).get("scored")]
     assert scored and all(q.kind == "pair" for q in scored)
     ranking = client.get(
         f"/api/projects/{study.slug}/models/bradley_terry/latest/ranking", headers=headers
