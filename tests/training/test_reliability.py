@@ -60,20 +60,20 @@ def test_reliability_is_learned_off_the_request_path_and_flags(live, engine, poo
     study = make_study(client, headers, n=20, n_triplets=10, n_pairs=0)  # 10 imported
     plan = {
         "strategies": [{"kind": "random"}],
-        "queries_per_session": 30,
+        "queries_per_session": 50,
         "repeat_rate": 0,
-        "quality": {"min_answers": 5, "min_reliability": 0.5, "reliability_every": 40},
+        "quality": {"min_answers": 5, "min_reliability": 0.65, "reliability_every": 40},
     }
     response = client.put(f"/api/projects/{study.slug}/plan", json=plan, headers=headers)
     assert response.status_code == 200, response.text
     runner = make_runner(engine, pool)
     rng = np.random.default_rng(0)
     for name in CAREFUL + SPAMMERS:
-        _answer_session(client, study.slug, name, study.X, 25, rng)
+        _answer_session(client, study.slug, name, study.X, 40, rng)
     before = _participants(client, headers, study.slug)
     assert all(row["reliability"] is None for row in before.values())
 
-    runner.tick()  # 200 answers from participants >= reliability_every: a job is queued
+    runner.tick()  # 320 answers from participants >= reliability_every: a job is queued
     with Session(engine) as db:
         project = db.scalars(select(Project).where(Project.slug == study.slug)).one()
         jobs = list(db.scalars(select(Job).where(Job.project_id == project.id)))
@@ -90,7 +90,7 @@ def test_reliability_is_learned_off_the_request_path_and_flags(live, engine, poo
     assert min(careful) > max(spam), (careful, spam)
     for row in rows.values():
         assert row["reliability_low"] <= row["reliability"] <= row["reliability_high"]
-        assert row["flagged"] == (row["reliability"] < 0.5)
+        assert row["flagged"] == (row["reliability"] < 0.65)
         assert ("reliability" in row["flag_reason"]) == row["flagged"]
     assert rows["coin-0"]["flagged"] and rows["coin-1"]["flagged"], spam
 
