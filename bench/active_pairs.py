@@ -151,7 +151,7 @@ def main() -> None:
     parser.add_argument("--budget-per-object", type=int, default=20)
     parser.add_argument("--refresh", type=int, default=20)
     parser.add_argument("--pool", type=int, default=50)
-    parser.add_argument("--score", default="margin", help="margin, entropy or confidence")
+    parser.add_argument("--score", default="confidence", help="confidence, margin or entropy")
     parser.add_argument("--explore", type=float, default=0.1)
     parser.add_argument("--every", type=int, default=40, help="answers between checkpoints")
     parser.add_argument("--columns", nargs="+", default=["random", "adaptive", "adaptive_svm"])

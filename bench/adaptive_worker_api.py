@@ -58,6 +58,17 @@ def parse_column(text: str) -> tuple[str, str, dict]:
 
 def run(column: str, args, seed: int, X: np.ndarray) -> tuple[np.ndarray, dict]:  # type: ignore[no-untyped-def]
     """The column's answers, as (anchor, near, far) rows in the order stored; and figures."""
+    for attempt in range(3):  # a server that did not start in 120 s (a loaded machine): again
+        try:
+            return _run(column, args, seed, X)
+        except RuntimeError as error:
+            if attempt == 2:
+                raise
+            print(f"# seed {seed} {column}: the server did not start, again ({error!s:.80})")
+    raise AssertionError("unreachable")
+
+
+def _run(column: str, args, seed: int, X: np.ndarray) -> tuple[np.ndarray, dict]:  # type: ignore[no-untyped-def]
     _, kind, params = parse_column(column)
     with running_server(args.database_url, run_jobs="true") as server:
         headers = {"Authorization": f"Bearer {server.key}"}
@@ -140,6 +151,9 @@ def main() -> None:
     parser.add_argument("--noise", type=float, default=0.1)
     parser.add_argument("--every", type=int, default=30, help="answers between checkpoints")
     parser.add_argument("--database-url", default=None, help="PostgreSQL (default: SQLite)")
+    parser.add_argument(
+        "--save", type=Path, default=None, help="keep each run's answers here; reuse them if there"
+    )
     args = parser.parse_args()
     X = blobs30()
     n = len(X)
@@ -153,7 +167,14 @@ def main() -> None:
         ).sum(1)
         test = np.where(near[:, None], test, test[:, [0, 2, 1]])
         for column in args.columns:
-            triplets, figures = run(column, args, seed, X)
+            saved = args.save / f"{column.replace('/', '_')}-{seed}.npy" if args.save else None
+            if saved is not None and saved.exists():
+                triplets, figures = np.load(saved), {"loaded": str(saved)}
+            else:
+                triplets, figures = run(column, args, seed, X)
+                if saved is not None:
+                    saved.parent.mkdir(parents=True, exist_ok=True)
+                    np.save(saved, triplets)
             rows = []
             for k in checkpoints:
                 if k > len(triplets):

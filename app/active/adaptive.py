@@ -59,8 +59,9 @@ class AdaptiveTriplets(Strategy):
         worse) and follows the project's latest ranking ``model``: ``"bradley_terry"``
         (default; no features needed) or ``"svmcompare"`` (a Davidson link fitted to its
         ranking), asking for each object in turn the partner of a random ``pool`` whose
-        three-way outcome is least sure, by ``score`` ``"margin"`` (default), ``"entropy"``
-        or ``"confidence"`` (:func:`app.active.scoring.rank_pairs`).
+        three-way outcome is least sure, by ``score`` ``"confidence"`` (default),
+        ``"margin"`` or ``"entropy"`` (:func:`app.active.scoring.rank_pairs`; on
+        ``bench/active_pairs.py`` the entropy needed 2-4x the answers of the others).
         ``explore`` (default 0.1) is the share of uniformly random questions mixed in;
         ``refresh_every`` (default 10) the answers between refits; ``seed`` (default 0)
         varies the draws.

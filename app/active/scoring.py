@@ -379,7 +379,7 @@ def pair_outcome_probabilities(
     return p / p.sum(axis=1, keepdims=True)
 
 
-PAIR_CRITERIA = ("margin", "entropy", "confidence")
+PAIR_CRITERIA = ("confidence", "margin", "entropy")  # the first is the strategy's default
 
 
 def pair_uncertainty(p: np.ndarray, criterion: str) -> np.ndarray:
@@ -407,7 +407,7 @@ def rank_pairs(
     objects: np.ndarray,
     pool: int,
     rng: np.random.Generator,
-    criterion: str = "margin",
+    criterion: str = "confidence",
 ) -> tuple[np.ndarray, np.ndarray]:
     """For each object in ``objects`` (in order), the partner of ``pool`` random ones whose
     outcome is least sure (:func:`pair_uncertainty`); ``(rows (m, 2), uncertainties)``.

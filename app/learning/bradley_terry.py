@@ -32,6 +32,7 @@ from scipy.optimize import minimize
 from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
+from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
 
 from app.learning.triplets import check_sample_weight
 
@@ -188,10 +189,13 @@ class BradleyTerryDavidson(BaseEstimator):
             value = (nll + penalty) / total
             return value, np.concatenate([grad + self.alpha * theta, [g_nu]]) / total
 
-        result = minimize(
-            objective, x0, jac=True, method="L-BFGS-B", tol=self.tol,
-            options={"maxiter": self.max_iter},
-        )  # fmt: skip
+        # L-BFGS-B's tiny BLAS calls with threads on a busy machine: 8 ms per iteration of
+        # 61 variables here, measured (as in app.learning._embedding_base); one thread.
+        with threadpool_limits(limits=1, user_api="blas"):
+            result = minimize(
+                objective, x0, jac=True, method="L-BFGS-B", tol=self.tol,
+                options={"maxiter": self.max_iter},
+            )  # fmt: skip
         self.scores_ = result.x[:n].copy()
         self.tie_ = float(np.exp(result.x[n]))
         self.n_objects_ = n
