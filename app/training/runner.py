@@ -22,7 +22,7 @@ from app.services.reliability import schedule_reliability
 from app.training import jobs as job_service
 from app.training.executor import Executor, make_executor
 from app.training.retrain import schedule_due
-from app.training.work import run_job, warm_up
+from app.training.work import run_job
 
 log = logging.getLogger(__name__)
 REQUEUE_EVERY_S = 10.0
@@ -49,12 +49,6 @@ class JobRunner:
         return cls(settings.database_url, executor, capacity)
 
     def start(self) -> None:
-        # The pool's processes start and import the learning library now, not at the first
-        # job: under load that took 21 s, while an adaptive strategy's crowd waited on random
-        # questions for its first refit (bench/adaptive_worker_api.py; later jobs ~1 s).
-        if self.executor.stops_jobs_on_shutdown:  # a local pool (a Dask cluster is warm)
-            for _ in range(self.capacity):
-                self.executor.submit(warm_up)
         self._thread = threading.Thread(target=self._loop, name="job-runner", daemon=True)
         self._thread.start()
 

@@ -41,12 +41,3 @@ def run_job(job_id: int, database_url: str) -> str:
         stop.set()
         heart.join(timeout=HEARTBEAT_S)
         engine.dispose()
-
-
-def warm_up() -> None:
-    """Import what a job runs (the learning library, the kinds) in this pool process, ahead of
-    its first job."""
-    import app.training.run  # noqa: F401
-    from app.training.kinds import KINDS
-
-    assert KINDS
