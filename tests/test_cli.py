@@ -135,7 +135,8 @@ def test_simulate_then_train_from_the_command_line(server):
     assert "pair answers" in refused.stderr
     unknown = run(env, "train", "digits-demo", "psychic")
     assert unknown.returncode == 2 and "Traceback" not in unknown.stderr
-    assert "unknown model kind 'psychic'; the kinds are comprf, embedding, kernel" in unknown.stderr
+    expected = "unknown model kind 'psychic'; the kinds are bradley_terry, comprf, embedding"
+    assert expected in unknown.stderr
 
 
 def test_simulate_says_in_one_line_what_stops_it(server):
@@ -215,7 +216,8 @@ def test_demo_with_simulated_answers_trains_every_kind_it_can(env):
     curves: dict[str, list[int]] = {}
     for kind, _version, n_answers in sorted(models):
         curves.setdefault(kind, []).append(n_answers)
-    assert set(curves) == {"embedding", "kernel", "metricboost", "tripletboost"}
+    # The crowd's reliability too: the demo's simulated workers are participants.
+    assert set(curves) == {"embedding", "kernel", "metricboost", "reliability", "tripletboost"}
     for kind, seen in curves.items():
         assert len(seen) == 3 and seen[0] < seen[1] < seen[2] <= 120, (kind, seen)
 

@@ -37,6 +37,13 @@ Two scorers, both given the answers so far and a seeded generator:
   it asks the comparison (feature) that the most other objects already have, weighted
   by ``1 / (1 + shared(i, j))`` so that thinly-known pairs count most.
 
+* :func:`rank_pairs` serves pairs with ties ("better", "about the same", "worse"). Given
+  a ranking model's scores and Davidson's (1970) tie parameter — a Bradley–Terry–Davidson
+  fit, or SVMcompare's ranking with a Davidson link fitted to the answers — it asks, for
+  each object in turn, the partner of a random ``pool`` whose three-way outcome is least
+  sure: the entropy of (P(better), P(same), P(worse)). Pairs answered before are not asked
+  again.
+
 Both return ``(triplets, scores)`` with one row per anchor (the best of its pool), in
 the anchors' order; rows whose pool held nothing useful are dropped. The embedding
 scorer never proposes a question (anchor and unordered pair) already answered or
@@ -52,9 +59,11 @@ __all__ = [
     "answer_probabilities",
     "bald_gains",
     "binary_entropy",
+    "pair_outcome_probabilities",
     "position_covariances",
     "rank_embedding_triplets",
     "rank_kernel_triplets",
+    "rank_pairs",
 ]
 
 _EPS = 1e-12
@@ -355,3 +364,76 @@ def rank_kernel_triplets(
         rows.append(tuple(int(v) for v in row))
         scores.append(float(score[best]))
     return np.asarray(rows, dtype=np.intp).reshape(-1, 3), np.asarray(scores)
+
+
+def pair_outcome_probabilities(
+    scores: np.ndarray, tie: float, left: np.ndarray, right: np.ndarray
+) -> np.ndarray:
+    """Davidson's (1970) P(left better), P(same), P(right better) for scores θ and tie ν:
+    proportional to e^(−δ), ν, e^δ with δ = (θ_right − θ_left) / 2 — the link of
+    ``app.learning.bradley_terry`` (restated here: strategies import no learning code)."""
+    delta = (scores[right] - scores[left]) / 2.0
+    logits = np.stack([-delta, np.full_like(delta, np.log(max(tie, 1e-300))), delta], axis=1)
+    logits -= logits.max(axis=1, keepdims=True)
+    p = np.exp(logits)
+    return p / p.sum(axis=1, keepdims=True)
+
+
+PAIR_CRITERIA = ("confidence", "margin", "entropy")  # the first is the strategy's default
+
+
+def pair_uncertainty(p: np.ndarray, criterion: str) -> np.ndarray:
+    """How unsure outcome probabilities (m, 3) are, larger is less sure: ``"entropy"``,
+    ``"margin"`` (minus the gap between the two likeliest outcomes) or ``"confidence"``
+    (one minus the likeliest's probability) — the uncertainty measures of Settles (2009),
+    Sec. 3.1. The entropy is largest for two objects of equal score, where left and right
+    are equally likely but "about the same" is the sure answer; the margin looks at the
+    decision the model would make, which is near a tie's boundary."""
+    if criterion == "entropy":
+        q = np.clip(p, _EPS, 1.0)
+        return -(q * np.log(q)).sum(axis=1)
+    top = np.sort(p, axis=1)
+    if criterion == "margin":
+        return -(top[:, -1] - top[:, -2])
+    if criterion == "confidence":
+        return 1.0 - top[:, -1]
+    raise ValueError(f"criterion must be one of {', '.join(PAIR_CRITERIA)}, got {criterion!r}")
+
+
+def rank_pairs(
+    scores: np.ndarray,
+    tie: float,
+    pairs: np.ndarray,
+    objects: np.ndarray,
+    pool: int,
+    rng: np.random.Generator,
+    criterion: str = "confidence",
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each object in ``objects`` (in order), the partner of ``pool`` random ones whose
+    outcome is least sure (:func:`pair_uncertainty`); ``(rows (m, 2), uncertainties)``.
+    ``pairs`` are the answers so far, rows (left, right, outcome): their pairs are not asked
+    again, nor is a pair twice in one batch. The object is shown left or right at random."""
+    scores = np.asarray(scores, dtype=float)
+    n = len(scores)
+    if n < 2:
+        raise ValueError(f"adaptive pairs need at least 2 objects, got {n}")
+    answered = np.asarray(pairs, dtype=np.int64).reshape(-1, 3)[:, :2]
+    asked = set(_pair_codes(answered[:, 0], answered[:, 1], n).tolist())
+    rows, entropies = [], []
+    for obj in np.asarray(objects, dtype=np.intp):
+        partners = rng.integers(n - 1, size=min(pool, n - 1) if pool < n - 1 else n - 1)
+        if pool >= n - 1:
+            partners = np.arange(n - 1)
+        partners = partners + (partners >= obj)
+        p = pair_outcome_probabilities(scores, tie, np.full(len(partners), obj), partners)
+        entropy = pair_uncertainty(p, criterion)
+        codes = _pair_codes(np.full(len(partners), obj), partners, n)
+        entropy = np.where(np.isin(codes, list(asked)), -np.inf, entropy)
+        best = int(np.argmax(entropy))
+        if not np.isfinite(entropy[best]):
+            continue
+        asked.add(int(codes[best]))
+        partner = int(partners[best])
+        rows.append((int(obj), partner) if rng.random() < 0.5 else (partner, int(obj)))
+        entropies.append(float(entropy[best]))
+    return np.asarray(rows, dtype=np.intp).reshape(-1, 2), np.asarray(entropies)

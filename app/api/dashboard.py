@@ -234,9 +234,8 @@ def _project_context(
     gallery = figures.gallery(db, project)
     curves = figures.learning_curves(db, project)
     summaries = figures.model_summaries(db, project)
-    advice = figures.advice_by_kind(
-        db, project, [m["kind"] for m in summaries], target or DEFAULT_TARGET
-    )
+    charted = [m["kind"] for m in summaries if KINDS[m["kind"]].learning_curve]
+    advice = figures.advice_by_kind(db, project, charted, target or DEFAULT_TARGET)
     links = read_links(project, request, settings) if project.plan is not None else None
     shown, n_participants, n_flagged = figures.participants(db, project)
     page = f"/dashboard/projects/{project.slug}"

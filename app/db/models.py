@@ -159,6 +159,12 @@ class Participant(Base):
     sided_answers: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     repeats: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     consistent_repeats: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Learned from the answers by the reliability model (app/services/reliability.py), off
+    # the request path: the posterior mean of the probability of answering carefully and
+    # its interval; NULL until a model of this participant exists.
+    reliability: Mapped[float | None] = mapped_column(Float)
+    reliability_low: Mapped[float | None] = mapped_column(Float)
+    reliability_high: Mapped[float | None] = mapped_column(Float)
 
 
 class WorkSession(Base):

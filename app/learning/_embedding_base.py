@@ -21,7 +21,7 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
 
-from app.learning.triplets import check_triplets
+from app.learning.triplets import check_sample_weight, check_triplets
 
 __all__ = ["ProgressCallback", "embedding_knn_predict", "triplet_accuracy"]
 
@@ -163,9 +163,19 @@ class _TripletIndex:
     ``squared_distances`` of the same X.
     """
 
-    def __init__(self, T: np.ndarray, n: int, dense: bool | None = None) -> None:
+    def __init__(
+        self,
+        T: np.ndarray,
+        n: int,
+        dense: bool | None = None,
+        weight: np.ndarray | None = None,
+    ) -> None:
         self.T = T
         self.n = n
+        # Each triplet's share of the mean loss: 1/m, or its weight over the weights' sum.
+        self.share = (
+            np.full(len(T), 1.0 / max(len(T), 1)) if weight is None else weight / weight.sum()
+        )
         self.dense = (n * n <= 8 * len(T) and n <= _DENSE_MAX_OBJECTS) if dense is None else dense
         if self.dense:
             self.near = T[:, 0] * n + T[:, 1]
@@ -220,10 +230,11 @@ class _OrdinalEmbedding(BaseEstimator):
         X = x.reshape(shape)
         sq_near, sq_far = index.squared_distances(X)
         loss, g_near, g_far = self._loss_terms(sq_near, sq_far)
-        m = len(index.T)
-        grad = index.gradient(X, g_near / m, g_far / m)
+        # The (weighted) mean of the per-triplet losses; unweighted, share = 1/m.
+        share = index.share
+        grad = index.gradient(X, g_near * share, g_far * share)
         penalty, penalty_grad = self._penalty(X)
-        return float(loss.mean()) + penalty, (grad + penalty_grad).ravel()
+        return float(loss @ share) + penalty, (grad + penalty_grad).ravel()
 
     def _embed(self, x: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
         """Map the optimised variables to the embedding (identity by default)."""
@@ -234,6 +245,8 @@ class _OrdinalEmbedding(BaseEstimator):
         triplets: ArrayLike,
         n_objects: int | None = None,
         *,
+        sample_weight: ArrayLike | None = None,
+        init: ArrayLike | None = None,
         callback: ProgressCallback | None = None,
     ) -> _OrdinalEmbedding:
         """Embed the objects from triplets.
@@ -247,6 +260,14 @@ class _OrdinalEmbedding(BaseEstimator):
             plus one. Objects in no triplet are placed where the random
             initialisation put them (CKL, SOE, t-STE) or pulled to the origin
             by the regulariser (GNMDS).
+        sample_weight : array-like of shape (n_triplets,), default=None
+            How much each triplet counts: the loss is the weighted mean of the
+            per-triplet losses (None: every triplet counts once). Weights are
+            relative; a weight of 0 leaves the triplet out.
+        init : array-like of shape (n_objects, n_components), default=None
+            Start of the first restart (a warm start, e.g. the previous fit of
+            an EM loop or of an adaptive refit); the other ``n_init - 1``
+            restarts start at random as without it.
         callback : callable, default=None
             ``callback(iterations_done, iterations_total, loss)`` after every
             L-BFGS-B iteration, for progress bars of background jobs.
@@ -278,13 +299,24 @@ class _OrdinalEmbedding(BaseEstimator):
             raise ValueError("triplets is empty: need at least one triplet to fit an embedding")
         n = int(T.max()) + 1 if n_objects is None else int(n_objects)
         shape = (n, self.n_components)
-        index = _TripletIndex(T, n)
+        weight = check_sample_weight(sample_weight, len(T))
+        start = None
+        if init is not None:
+            start = np.asarray(init, dtype=float)
+            if start.shape != shape or not np.all(np.isfinite(start)):
+                raise ValueError(
+                    f"init must be a finite array of shape {shape} (n_objects, n_components), "
+                    f"got shape {start.shape}"
+                )
+        index = _TripletIndex(T, n, weight=weight)
         rng = check_random_state(self.random_state)
         total = self.n_init * self.max_iter
         progress = _Progress(callback, total)
         best: OptimizeResult | None = None
         for restart in range(self.n_init):
             x0 = rng.standard_normal(n * self.n_components)
+            if restart == 0 and start is not None:
+                x0 = start.ravel().copy()
             progress.done = restart * self.max_iter
             # L-BFGS-B makes many tiny BLAS calls; with BLAS threads on a busy
             # machine they ran 15x slower in bench/embedding.py. Parallelise
@@ -319,10 +351,14 @@ class _OrdinalEmbedding(BaseEstimator):
         triplets: ArrayLike,
         n_objects: int | None = None,
         *,
+        sample_weight: ArrayLike | None = None,
+        init: ArrayLike | None = None,
         callback: ProgressCallback | None = None,
     ) -> np.ndarray:
         """Fit and return ``embedding_`` of shape (n_objects, n_components)."""
-        return self.fit(triplets, n_objects, callback=callback).embedding_
+        return self.fit(
+            triplets, n_objects, sample_weight=sample_weight, init=init, callback=callback
+        ).embedding_
 
     def predict(self, triplets: ArrayLike) -> np.ndarray:
         """Whether the embedding says d(anchor, near) < d(anchor, far), per row.

@@ -25,7 +25,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils._param_validation import StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from app.learning.triplets import check_triplets
+from app.learning.triplets import check_sample_weight, check_triplets
 
 __all__ = ["TripletKernel", "landmark_triplet_mask"]
 
@@ -78,6 +78,28 @@ def landmark_triplet_mask(triplets: ArrayLike, landmarks: ArrayLike, kind: str) 
     if kind == "k1":
         return is_landmark[:, 1] & is_landmark[:, 2]
     return is_landmark[:, 0] & (is_landmark[:, 1] | is_landmark[:, 2])
+
+
+def _weighted_comparison_values(
+    triplets: np.ndarray, n: int, weight: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_comparison_values` with weighted answers: value = (Σ weights of the answers
+    saying lo is closer − Σ weights saying hi) / #answers. With every weight 1 this is §2's
+    (#agree − #disagree) / (#agree + #disagree); an answer of weight w < 1 counts as w of a
+    vote, so a lone answer of a doubtful participant makes a small feature, not ±1."""
+    anchor, near, far = triplets[:, 0], triplets[:, 1], triplets[:, 2]
+    pair = np.minimum(near, far).astype(np.int64) * n + np.maximum(near, far)
+    signed = sp.csr_matrix((np.where(near < far, weight, -weight), (anchor, pair)), (n, n * n))
+    counts = sp.csr_matrix((np.ones(len(anchor)), (anchor, pair)), shape=(n, n * n))
+    signed.sum_duplicates()
+    counts.sum_duplicates()
+    signed = signed + 0 * counts  # the same pattern as counts, explicit zeros included
+    signed.sort_indices()
+    counts.sort_indices()
+    value = np.asarray(signed[counts.nonzero()]).ravel() / counts.data
+    a = np.repeat(np.arange(n, dtype=np.intp), np.diff(counts.indptr))
+    lo, hi = np.divmod(counts.indices.astype(np.int64), n)
+    return a, lo.astype(np.intp), hi.astype(np.intp), value
 
 
 def _comparison_values(
@@ -204,7 +226,13 @@ class TripletKernel(BaseEstimator):
         self.fix_diagonal = fix_diagonal
 
     # ------------------------------------------------------------------ fit
-    def fit(self, triplets: ArrayLike, n_objects: int | None = None) -> TripletKernel:
+    def fit(
+        self,
+        triplets: ArrayLike,
+        n_objects: int | None = None,
+        *,
+        sample_weight: ArrayLike | None = None,
+    ) -> TripletKernel:
         """Build Φ from triplets.
 
         Parameters
@@ -214,6 +242,9 @@ class TripletKernel(BaseEstimator):
         n_objects : int, default=None
             Number of objects; default: one more than the largest index seen
             in ``triplets`` or ``landmarks``.
+        sample_weight : array-like of shape (n_triplets,), default=None
+            How much each answer counts in its feature's value: the weighted net vote over
+            the number of answers (see ``_weighted_comparison_values``).
 
         Returns
         -------
@@ -238,7 +269,11 @@ class TripletKernel(BaseEstimator):
             landmarks, position = _landmark_positions(self.landmarks, n)
             self._check_design(triplets, position)
 
-        a, lo, hi, value = _comparison_values(triplets, n)
+        weight = check_sample_weight(sample_weight, len(triplets))
+        if weight is None:
+            a, lo, hi, value = _comparison_values(triplets, n)
+        else:
+            a, lo, hi, value = _weighted_comparison_values(triplets, n, weight)
         del triplets
         self.n_comparisons_ = int(a.size)
 

@@ -19,7 +19,7 @@ from sklearn.neighbors import KNeighborsClassifier
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted
 
-from app.learning.triplets import check_triplets
+from app.learning.triplets import check_sample_weight, check_triplets
 
 __all__ = ["MetricBoost"]
 
@@ -168,7 +168,14 @@ class MetricBoost(BaseEstimator):
         self.random_state = random_state
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, X: ArrayLike, triplets: ArrayLike, *, callback: Callback | None = None):
+    def fit(
+        self,
+        X: ArrayLike,
+        triplets: ArrayLike,
+        *,
+        sample_weight: ArrayLike | None = None,
+        callback: Callback | None = None,
+    ):  # type: ignore[no-untyped-def]
         """Boost from explicit triplets (Algorithm 1 of [1]_).
 
         Costs O(m + n_pairs·d + d³) per round for m triplets over n_pairs
@@ -180,6 +187,9 @@ class MetricBoost(BaseEstimator):
             Feature vectors; triplet indices refer to its rows.
         triplets : array-like of shape (n_triplets, 3)
             Rows (anchor, near, far): d(anchor, near) < d(anchor, far).
+        sample_weight : array-like of shape (n_triplets,), default=None
+            The boosting distribution's start: D_1 proportional to the weights instead of
+            the uniform 1/m of Algorithm 1 (AdaBoost's usual way to weight examples).
         callback : callable, default=None
             For background jobs: called as ``callback(rounds_done, n_estimators)``
             after every round (and once more with ``n_estimators`` if boosting
@@ -195,7 +205,8 @@ class MetricBoost(BaseEstimator):
         triplets = check_triplets(triplets, X.shape[0])
         if len(triplets) == 0:
             raise ValueError("triplets is empty: MetricBoost needs at least one triplet")
-        return self._boost(X, _TripletWeights(X, triplets), callback)
+        weight = check_sample_weight(sample_weight, len(triplets))
+        return self._boost(X, _TripletWeights(X, triplets, weight), callback)
 
     def fit_from_labels(self, X: ArrayLike, y: ArrayLike, *, callback: Callback | None = None):
         """Boost from all label-derived triplets with the bipartite strategy of §4.
@@ -517,7 +528,9 @@ class MetricBoost(BaseEstimator):
 class _TripletWeights:
     """D_t over an explicit triplet list (Algorithm 1), aggregated over distinct pairs."""
 
-    def __init__(self, X: np.ndarray, triplets: np.ndarray) -> None:
+    def __init__(
+        self, X: np.ndarray, triplets: np.ndarray, weight: np.ndarray | None = None
+    ) -> None:
         self.X, self.n_triplets = X, len(triplets)
         n = X.shape[0]
         a, b, c = triplets.T
@@ -525,7 +538,9 @@ class _TripletWeights:
         pairs, self.inverse = np.unique(keys, return_inverse=True)
         self.rows, self.cols = pairs // n, pairs % n
         self.n_pairs = len(pairs)
-        self.D = np.full(self.n_triplets, 1.0 / self.n_triplets)  # D_1 = 1/m
+        # D_1 = 1/m (Alg. 1, line 1), or proportional to the triplets' weights
+        uniform = np.full(self.n_triplets, 1.0 / self.n_triplets)
+        self.D = uniform if weight is None else weight / weight.sum()
         self.near, self.far = self.inverse[: self.n_triplets], self.inverse[self.n_triplets :]
         self.W = _csr_pattern(self.rows, self.cols, n)  # pairs are sorted by (row, col)
         self._z: np.ndarray | None = None

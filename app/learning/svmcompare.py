@@ -33,6 +33,8 @@ from sklearn.utils import check_array
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
+from app.learning.triplets import check_sample_weight
+
 __all__ = ["SVMCompare", "flip_pairs", "threshold"]
 
 # liblinear regularises the intercept as the weight w_0 of a constant feature
@@ -296,7 +298,13 @@ class SVMCompare(BaseEstimator):
         return pairwise_kernels(A, B, metric=self.kernel, **self._kernel_params())
 
     # -------------------------------------------------------------------- fit
-    def fit(self, X_left: ArrayLike, X_right: ArrayLike, y: ArrayLike) -> SVMCompare:
+    def fit(
+        self,
+        X_left: ArrayLike,
+        X_right: ArrayLike,
+        y: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+    ) -> SVMCompare:
         """Learn the ranking function from labelled pairs (Algorithm 1 of [1]_).
 
         Parameters
@@ -306,6 +314,10 @@ class SVMCompare(BaseEstimator):
         y : array-like of shape (n_pairs,)
             -1: left better, 0: about the same, 1: right better (Eq. (1)).
             Both ties and inequality pairs must occur.
+        sample_weight : array-like of shape (n_pairs,), default=None
+            How much each pair counts: its slack's cost is ``C * weight`` (libsvm's and
+            liblinear's per-sample C); a tie's weight goes to both of its flipped copies.
+            Pairs of weight 0 are left out.
 
         Returns
         -------
@@ -314,6 +326,10 @@ class SVMCompare(BaseEstimator):
         self._validate_params()
         X_left, X_right = self._check_pairs(X_left, X_right, reset=True)
         y = _check_outcomes(y, X_left.shape[0])
+        weight = check_sample_weight(sample_weight, X_left.shape[0])
+        if weight is not None and np.any(weight == 0):
+            keep = weight > 0
+            X_left, X_right, y, weight = X_left[keep], X_right[keep], y[keep], weight[keep]
         n_tie = int((y == 0).sum())
         if n_tie == 0 or n_tie == y.shape[0]:
             kind = "ties (y = 0)" if n_tie == 0 else "inequality pairs (y = -1 or 1)"
@@ -330,10 +346,18 @@ class SVMCompare(BaseEstimator):
         else:
             self.gamma_ = float(self.gamma)
         if self.solver == "dual":
-            self._fit_dual(X_left, X_right, y)
+            self._fit_dual(X_left, X_right, y, weight)
         else:
-            self._fit_primal(X_left, X_right, y, points)
+            self._fit_primal(X_left, X_right, y, points, weight)
         return self
+
+    @staticmethod
+    def _flipped_weight(y: np.ndarray, weight: np.ndarray | None) -> np.ndarray | None:
+        """The weights of the flipped set (8), in its row order: y = 1, y = -1, ties twice."""
+        if weight is None:
+            return None
+        tie = y == 0
+        return np.concatenate([weight[y == 1], weight[y == -1], weight[tie], weight[tie]])
 
     def _set_bias(self, beta: float) -> None:
         if not beta < 0:
@@ -345,7 +369,9 @@ class SVMCompare(BaseEstimator):
         self.bias_ = beta
         self.margin_ = -1.0 / beta
 
-    def _fit_dual(self, X_left: np.ndarray, X_right: np.ndarray, y: np.ndarray) -> None:
+    def _fit_dual(
+        self, X_left: np.ndarray, X_right: np.ndarray, y: np.ndarray, weight: np.ndarray | None
+    ) -> None:
         X_t, X_tp, y_t = flip_pairs(X_left, X_right, y)  # Eq. (8)
         self.n_flipped_pairs_ = y_t.shape[0]
         # Alg. 1: K~ = M^T K M with M = [-I I]^T, K over [X~; X~'] (Eq. (14)), i.e.
@@ -356,7 +382,9 @@ class SVMCompare(BaseEstimator):
         gram -= cross
         gram -= cross.T
         del cross
-        svc = SVC(C=self.C, kernel="precomputed").fit(gram, y_t)  # SVMdual, Eq. (18)
+        svc = SVC(C=self.C, kernel="precomputed").fit(
+            gram, y_t, sample_weight=self._flipped_weight(y, weight)
+        )  # SVMdual, Eq. (18); a weight scales its pair's C
         del gram
         coef = svc.dual_coef_[0]  # y~_i v_i for i in sv, decision-function sign
         self._set_bias(float(svc.intercept_[0]))
@@ -370,7 +398,12 @@ class SVMCompare(BaseEstimator):
         return X if self.nystroem_ is None else self.nystroem_.transform(X)
 
     def _fit_primal(
-        self, X_left: np.ndarray, X_right: np.ndarray, y: np.ndarray, points: np.ndarray
+        self,
+        X_left: np.ndarray,
+        X_right: np.ndarray,
+        y: np.ndarray,
+        points: np.ndarray,
+        weight: np.ndarray | None = None,
     ) -> None:
         if self.kernel == "linear":
             self.nystroem_ = None
@@ -387,6 +420,9 @@ class SVMCompare(BaseEstimator):
         ineq = ~tie
         D = np.concatenate([diff[ineq] * y[ineq, None], diff[tie], -diff[tie]])
         y_t = np.concatenate([np.ones(ineq.sum()), -np.ones(2 * tie.sum())])
+        flipped_weight = (
+            None if weight is None else np.concatenate([weight[ineq], weight[tie], weight[tie]])
+        )
         self.n_flipped_pairs_ = y_t.shape[0]
         rms_norm = float(np.sqrt(np.mean(np.einsum("ij,ij->i", D, D))))
         svm = LinearSVC(
@@ -395,7 +431,7 @@ class SVMCompare(BaseEstimator):
             dual=self.loss == "hinge",
             intercept_scaling=_INTERCEPT_SCALING * max(rms_norm, 1e-12),
             max_iter=self.max_iter,
-        ).fit(D, y_t)  # QP (15) (or its L2-loss variant) with an explicit feature map
+        ).fit(D, y_t, sample_weight=flipped_weight)  # QP (15) (or its L2 variant), explicit map
         self._set_bias(float(svm.intercept_[0]))
         self.rank_coef_ = svm.coef_[0] / -self.bias_  # Lemma 3.1: w = -u / beta
 

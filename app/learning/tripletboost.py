@@ -13,7 +13,7 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
 from app.learning import _tripletboost_numba as _kernels
-from app.learning.triplets import check_triplets
+from app.learning.triplets import check_sample_weight, check_triplets
 
 __all__ = ["TripletBoost"]
 
@@ -85,6 +85,24 @@ def _index_sparse(
     pair_keys, first = np.unique(key, return_index=True)
     indptr = np.append(first, key.size)
     return anchor.astype(np.intp), near_lo, indptr, pair_keys
+
+
+def weighted_majority(triplets: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """One row per (anchor, unordered pair): the direction of the larger summed weight;
+    pairs whose two directions weigh the same (or nothing) are dropped."""
+    a, b, c = triplets.T
+    n = int(triplets.max()) + 1 if len(triplets) else 0
+    lo, hi = np.minimum(b, c), np.maximum(b, c)
+    code = (a.astype(np.int64) * n + lo) * n + hi
+    unique, inverse = np.unique(code, return_inverse=True)
+    net = np.bincount(inverse, np.where(b < c, weight, -weight), len(unique))
+    keep = net != 0
+    anchor, rest = np.divmod(unique[keep], n * n)
+    low, high = np.divmod(rest, n)
+    near_low = net[keep] > 0
+    return np.column_stack(
+        [anchor, np.where(near_low, low, high), np.where(near_low, high, low)]
+    ).astype(np.intp)
 
 
 class TripletBoost(ClassifierMixin, BaseEstimator):
@@ -220,6 +238,7 @@ class TripletBoost(ClassifierMixin, BaseEstimator):
         triplets: ArrayLike,
         y: ArrayLike,
         *,
+        sample_weight: ArrayLike | None = None,
         progress: Progress | None = None,
     ) -> TripletBoost:
         """Run Algorithm 1 of [1]_ for ``n_estimators`` rounds.
@@ -232,6 +251,11 @@ class TripletBoost(ClassifierMixin, BaseEstimator):
             One label per object; unlabeled objects are ``-1`` (numeric
             labels) or ``None`` (object arrays), as in scikit-learn's
             semi-supervised estimators. String labels work.
+        sample_weight : array-like of shape (n_triplets,), default=None
+            Algorithm 1 takes each (anchor, pair of references) once, its repeats merged by
+            majority; with weights the merge is a weighted majority (answers of weight 0 are
+            left out). A lone answer counts fully whatever its weight: the weak classifiers
+            have no per-triplet weight.
         progress : callable, default=None
             ``progress(rounds_done, n_estimators)``, called about every 1% of
             the rounds and once at the end (e.g. to update a job's progress);
@@ -245,6 +269,9 @@ class TripletBoost(ClassifierMixin, BaseEstimator):
         y, train, classes, codes = self._check_y(y)
         n_objects = y.size
         triplets = check_triplets(triplets, n_objects)
+        weight = check_sample_weight(sample_weight, len(triplets))
+        if weight is not None:
+            triplets = weighted_majority(triplets, weight)
         n_classes = classes.size
         # Training objects grouped by class: class a holds positions seg[a]:seg[a + 1].
         by_class = np.argsort(codes, kind="stable")

@@ -26,6 +26,7 @@ _INDEX_MAX = int(np.iinfo(np.intp).max)
 
 __all__ = [
     "TripletOracle",
+    "check_sample_weight",
     "check_triplets",
     "make_landmark_triplets",
     "make_oracle",
@@ -114,6 +115,35 @@ def check_triplets(triplets: ArrayLike, n_objects: int | None = None) -> np.ndar
             f"triplets repeat an object within row {row}: {array[row].tolist()}; "
             "anchor, near and far must be three distinct objects"
         )
+    return array
+
+
+def check_sample_weight(sample_weight: ArrayLike | None, n_samples: int) -> np.ndarray | None:
+    """Validate per-comparison weights: ``None`` (every comparison counts once) or a 1-d
+    array of ``n_samples`` finite, non-negative floats that are not all zero.
+
+    A weight is how much a comparison counts in the fit, e.g. the reliability of the
+    participant who answered it (:class:`app.learning.reliability.CrowdReliability`).
+
+    Returns
+    -------
+    sample_weight : ndarray of shape (n_samples,), dtype float64, or None
+    """
+    if sample_weight is None:
+        return None
+    array = np.asarray(sample_weight)
+    if array.dtype == object or array.dtype.kind not in "biuf":
+        raise ValueError(f"sample_weight must hold numbers, got dtype {array.dtype}")
+    array = array.astype(np.float64)
+    if array.ndim != 1 or array.shape[0] != n_samples:
+        raise ValueError(
+            f"sample_weight must have shape ({n_samples},), one weight per comparison, "
+            f"got shape {array.shape}"
+        )
+    if not np.all(np.isfinite(array)) or np.any(array < 0):
+        raise ValueError("sample_weight must hold finite, non-negative weights")
+    if n_samples and not np.any(array > 0):
+        raise ValueError("sample_weight is zero everywhere: no comparison would count")
     return array
 
 

@@ -71,6 +71,20 @@ class QualityThresholds(BaseModel):
         description="|share of left choices − ½| × 2: 0 balanced, 1 always the same side.",
     )
     min_consistency: float = Field(default=0.5, ge=0, le=1)
+    min_reliability: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Flag a participant whose learned reliability (the probability of "
+        "answering carefully, from the reliability model) is below this; none by default.",
+    )
+    reliability_every: int = Field(
+        default=50,
+        ge=0,
+        le=10**9,
+        description="Recompute the participants' reliability (a background job) after this "
+        "many new answers from participants; 0 never.",
+    )
 
 
 class StopRule(BaseModel):

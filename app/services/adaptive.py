@@ -4,8 +4,9 @@ Two hooks, neither on a worker's request:
 
 * :func:`schedule_refits` (the job runner's tick, beside the retraining policies) queues
   a training job of the model an adaptive strategy follows — an ``embedding`` of its
-  ``method`` and ``dims``, or a ``kernel`` k1/k2 — once ``refresh_every`` new answers
-  arrived since the last such model;
+  ``method`` and ``dims``, a ``kernel`` k1/k2, or for pairs a ``bradley_terry`` (or
+  ``svmcompare``) ranking — once ``refresh_every`` new answers of its kind arrived since
+  the last such model;
 * :func:`refresh_batches` (the training job, right after it stored a model) scores the
   next batch with that model and stores it in the strategy's state, under the project's
   lock. Issuing a question then only takes the next row of the batch.
@@ -26,6 +27,7 @@ from sqlalchemy.orm import Session
 from app.active.adaptive import AdaptiveTriplets
 from app.db.models import Answer, Job, Model, Project, utcnow
 from app.errors import AppError
+from app.learning.bradley_terry import calibrate_link
 from app.schemas.plans import Plan
 from app.services.imports import visible_answers
 from app.services.pool import discard_unasked, planner_for
@@ -81,7 +83,8 @@ def _maybe_refit(db: Session, project: Project, strategy: AdaptiveTriplets) -> i
     new_answers = db.scalar(
         select(func.count())
         .select_from(Answer)
-        .where(Answer.project_id == project.id, Answer.id > watermark, Answer.kind == "triplet")
+        .where(Answer.project_id == project.id, Answer.id > watermark)
+        .where(Answer.kind == strategy.answer_kind)
         .where(visible_answers())
     )
     if (new_answers or 0) < strategy.refresh_every:
@@ -115,9 +118,11 @@ def refresh_batches(
     model: Model,
     artifact: dict[str, Any],
     triplets: np.ndarray,
+    pairs: np.ndarray | None = None,
 ) -> int:
     """Score a new batch for every adaptive strategy of the project that follows ``model``;
-    how many strategies were refreshed. Runs in the training job, after the model is stored."""
+    how many strategies were refreshed. Runs in the training job, after the model is stored.
+    ``triplets`` and ``pairs`` are the answers the model saw."""
     project = db.get(Project, project_id)
     if project is None:
         return 0
@@ -129,12 +134,18 @@ def refresh_batches(
         old = states[position] if position < len(states) else {}
         started = time.perf_counter()
         embedding = artifact.get("embedding") if model.kind == "embedding" else None
+        scores, tie = None, None
+        if strategy.variant == "pairs":
+            scores, tie = _ranking(model, artifact, pairs)
         new = strategy.refreshed_state(
             old or {},
             triplets,
             embedding=None if embedding is None else np.asarray(embedding),
             model_id=model.id,
             answer_id=model.last_answer_id,
+            pairs=pairs,
+            scores=scores,
+            tie=tie,
         )
         new["seconds"] = round(time.perf_counter() - started, 4)
         lock_project(db, project)
@@ -154,3 +165,17 @@ def refresh_batches(
         db.commit()
         refreshed += 1
     return refreshed
+
+
+def _ranking(
+    model: Model, artifact: dict[str, Any], pairs: np.ndarray | None
+) -> tuple[np.ndarray, float]:
+    """Davidson scores and tie parameter of a ranking model: a Bradley–Terry–Davidson fit's
+    own, or SVMcompare's ranking r(x) under a Davidson link fitted to the answers (its own
+    comparison function is a hard threshold, which has no uncertainty to score)."""
+    ranking = np.asarray(artifact["ranking"], dtype=float)
+    if model.kind == "bradley_terry":
+        return ranking, float(artifact["tie"])
+    answered = np.empty((0, 3), dtype=np.intp) if pairs is None else pairs
+    scale, tie = calibrate_link(ranking, answered)
+    return scale * ranking, tie

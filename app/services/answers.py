@@ -26,8 +26,8 @@ from app.services.projects import lock_project
 
 EXPORT_COLUMNS = (
     "id", "kind", "a", "b", "c", "outcome", "a_name", "b_name", "c_name", "source", "strategy",
-    "participant_id", "participant", "flagged", "session_id", "server_ms", "client_ms",
-    "position", "created_at",
+    "participant_id", "participant", "flagged", "reliability", "session_id", "server_ms",
+    "client_ms", "position", "created_at",
 )  # fmt: skip
 MAX_INDEX = 2**31 - 1  # the largest object index a CSV may name
 
@@ -164,7 +164,8 @@ def _export_statement(project: Project):  # type: ignore[no-untyped-def]
     statement = select(
         Answer.id, Answer.kind, Answer.a, Answer.b, Answer.c, Answer.outcome,
         names[0].name, names[1].name, names[2].name, Answer.source, Answer.strategy,
-        Answer.participant_id, Participant.external_id, Participant.flagged, Answer.session_id,
+        Answer.participant_id, Participant.external_id, Participant.flagged,
+        Participant.reliability, Answer.session_id,
         Answer.server_ms, Answer.client_ms, Answer.position, Answer.created_at,
     ).where(Answer.project_id == project.id, imports.visible_answers())  # fmt: skip
     for alias, column in zip(names, (Answer.a, Answer.b, Answer.c), strict=True):

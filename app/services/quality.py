@@ -32,6 +32,10 @@ class ParticipantQuality:
     position_bias: float | None
     repeats: int
     consistency: float | None
+    #: learned from the answers (app.services.reliability): posterior mean and interval
+    reliability: float | None = None
+    reliability_low: float | None = None
+    reliability_high: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -82,6 +86,9 @@ def _figures(db: Session, project: Project, min_answer_ms: int, participant_id: 
                 position_bias=abs(left_share - 0.5) * 2 if left_share is not None else None,
                 repeats=repeat_n,
                 consistency=repeat_ok / repeat_n if repeat_n else None,
+                reliability=participant.reliability,
+                reliability_low=participant.reliability_low,
+                reliability_high=participant.reliability_high,
             ),
             participant,
         )
@@ -122,7 +129,28 @@ def failures(quality: ParticipantQuality, thresholds: QualityThresholds) -> list
         reasons.append(
             f"self-consistency {quality.consistency:.0%} < {thresholds.min_consistency:.0%}"
         )
+    if (
+        thresholds.min_reliability is not None
+        and quality.reliability is not None
+        and quality.reliability < thresholds.min_reliability
+    ):
+        reasons.append(
+            f"{RELIABILITY_REASON} {quality.reliability:.2f} < {thresholds.min_reliability:.2f}"
+        )
     return reasons
+
+
+RELIABILITY_REASON = "reliability"  # the start of the reason the reliability check gives
+
+
+def kept_reliability_reasons(quality: ParticipantQuality, flag_reason: str) -> list[str]:
+    """The reliability reasons of ``flag_reason`` that a review without the reliability
+    keeps. The round trip's review reads the participant's counters, not their reliability,
+    which only the reliability job (off the request path) computes and judges; so a flag
+    that job set stays until it changes it."""
+    if quality.reliability is not None:
+        return []
+    return [r for r in flag_reason.split("; ") if r.startswith(RELIABILITY_REASON + " ")]
 
 
 def review_participant(db: Session, project: Project, participant_id: int, plan: Plan) -> None:
@@ -170,6 +198,8 @@ def quality_of(counts: Row, platform: str = "", external_id: str = "") -> Partic
         position_bias=abs(left_share - 0.5) * 2 if left_share is not None else None,
         repeats=repeat_n,
         consistency=counts.consistent_repeats / repeat_n if repeat_n else None,
+        # Counters from the round trip carry no reliability (kept_reliability_reasons).
+        reliability=getattr(counts, "reliability", None),
     )
 
 
@@ -180,7 +210,9 @@ def flag_change(counts: Row, plan: Plan) -> dict[str, Any] | None:
     changes, else None."""
     if counts.flag_manual:
         return None
-    reasons = failures(quality_of(counts), plan.quality)
+    quality = quality_of(counts)
+    reasons = failures(quality, plan.quality)
+    reasons += kept_reliability_reasons(quality, counts.flag_reason)
     flagged, reason = bool(reasons), "; ".join(reasons)
     if (flagged, reason) == (counts.flagged, counts.flag_reason):
         return None

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.db.models import Answer, Object, Participant, Project
+from app.db.models import Answer, Model, Object, Participant, Project
 from app.services.imports import visible_answers, visible_objects
 
 
@@ -21,6 +21,11 @@ class TrainingData:
     with outcome −1 (a better), 0 (about the same), 1 (b better). ``labels`` holds None for
     unlabelled objects; ``targets`` NaN for objects without a target; ``features`` is None
     unless every object has a feature vector.
+
+    Per answer, in the rows' order: ``*_ids`` the answer's id, ``*_participants`` its
+    participant (−1 for an imported answer), ``*_sides`` the side clicked (−1 left, 0 "about
+    the same", 1 right; 0 where unknown), and ``*_weights`` how much it counts in the fit
+    (None: every answer once; see :func:`app.services.reliability.answer_weights`).
     """
 
     n_objects: int
@@ -34,6 +39,14 @@ class TrainingData:
     last_answer_id: int | None
     #: comprf: the crowd-built forest and the plan's figures (see app.services.comprf)
     forest: Any = None
+    triplet_ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    pair_ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    triplet_participants: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    pair_participants: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    triplet_sides: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    pair_sides: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    triplet_weights: np.ndarray | None = None
+    pair_weights: np.ndarray | None = None
 
     @property
     def labelled(self) -> np.ndarray:
@@ -51,6 +64,7 @@ def load_training_data(
     """
     statement = (
         select(Answer.id, Answer.kind, Answer.a, Answer.b, Answer.c, Answer.outcome)
+        .add_columns(Answer.participant_id, Answer.position)
         .where(Answer.project_id == project.id, visible_answers())
         .where((Answer.strategy.is_(None)) | (Answer.strategy != "gold"))
         .order_by(Answer.id)
@@ -66,6 +80,11 @@ def load_training_data(
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     triplets = np.array([(r[2], r[3], r[4]) for r in rows if r[1] == "triplet"], dtype=np.intp)
     pairs = np.array([(r[2], r[3], r[5]) for r in rows if r[1] == "pair"], dtype=np.intp)
+
+    def column(kind: str, index: int, missing: int) -> np.ndarray:
+        values = [missing if r[index] is None else r[index] for r in rows if r[1] == kind]
+        return np.array(values, dtype=np.int64)
+
     objects = db.execute(
         select(Object.label, Object.target, Object.features)
         .where(Object.project_id == project.id, visible_objects(project.id))
@@ -85,4 +104,53 @@ def load_training_data(
         n_answers=len(rows),
         first_answer_id=int(ids[0]) if len(ids) else None,
         last_answer_id=int(ids[-1]) if len(ids) else None,
+        triplet_ids=column("triplet", 0, -1),
+        pair_ids=column("pair", 0, -1),
+        triplet_participants=column("triplet", 6, -1),
+        pair_participants=column("pair", 6, -1),
+        triplet_sides=column("triplet", 7, 0),
+        pair_sides=column("pair", 7, 0),
     )
+
+
+def load_answer_weights(db: Session, project: Project, data: TrainingData) -> None:
+    """Set ``data.triplet_weights`` and ``data.pair_weights`` from the crowd's reliability.
+
+    An answer the latest ``reliability`` model saw weighs its posterior probability of being
+    careful (:class:`app.learning.reliability.CrowdReliability`); a newer answer weighs its
+    participant's reliability; an answer of a participant without one (or imported) weighs
+    1. Without any reliability yet, the weights stay None: every answer counts once.
+    """
+    from app.training.run import load_artifact  # run imports this module
+
+    known = dict(
+        db.execute(
+            select(Participant.id, Participant.reliability).where(
+                Participant.project_id == project.id, Participant.reliability.is_not(None)
+            )
+        ).all()
+    )
+    latest = db.execute(
+        select(Model.artifact)
+        .where(Model.project_id == project.id, Model.kind == "reliability")
+        .order_by(Model.version.desc())
+        .limit(1)
+    ).scalar()
+    artifact = load_artifact(latest) if latest else {}
+    if not known and not artifact:
+        return
+    seen_ids = np.asarray(artifact.get("answer_ids", np.empty(0)), dtype=np.int64)
+    seen_weights = np.asarray(artifact.get("answer_weights", np.empty(0)), dtype=float)
+    order = np.argsort(seen_ids)
+    seen_ids, seen_weights = seen_ids[order], seen_weights[order]
+
+    def weights(ids: np.ndarray, participants: np.ndarray) -> np.ndarray:
+        out = np.array([known.get(int(p), 1.0) if p >= 0 else 1.0 for p in participants])
+        if len(seen_ids) and len(ids):
+            at = np.minimum(np.searchsorted(seen_ids, ids), len(seen_ids) - 1)
+            hit = seen_ids[at] == ids
+            out[hit] = seen_weights[at[hit]]
+        return out
+
+    data.triplet_weights = weights(data.triplet_ids, data.triplet_participants)
+    data.pair_weights = weights(data.pair_ids, data.pair_participants)

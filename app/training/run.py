@@ -16,7 +16,8 @@ from sqlalchemy.orm import Session
 from app.db.models import Job, Model, Project, utcnow
 from app.db.session import begin_write
 from app.services.adaptive import refresh_batches
-from app.training.data import load_training_data
+from app.services.reliability import store_reliability
+from app.training.data import load_answer_weights, load_training_data
 from app.training.jobs import claim_job, create_job, parse_params
 from app.training.kinds import get_kind
 
@@ -64,15 +65,27 @@ def progress_reporter(db: Session, job_id: int) -> Callable[[float, str], None]:
 
 
 def _after_model(
-    db: Session, project_id: int, model: Model, artifact: dict, triplets: np.ndarray
+    db: Session,
+    project_id: int,
+    model: Model,
+    artifact: dict,
+    triplets: np.ndarray,
+    pairs: np.ndarray | None = None,
 ) -> None:
-    """Hooks on a stored model: adaptive strategies score their next questions with it.
-    A failure here is logged; the model stays stored."""
+    """Hooks on a stored model: adaptive strategies score their next questions with it; a
+    reliability model's figures go to its participants. A failure here is logged; the model
+    stays stored."""
     try:
-        refresh_batches(db, project_id, model, artifact, triplets)
+        refresh_batches(db, project_id, model, artifact, triplets, pairs)
     except Exception:
         db.rollback()
         log.exception("scoring adaptive questions with model %s failed", model.id)
+    if model.kind == "reliability":
+        try:
+            store_reliability(db, project_id, model, artifact)
+        except Exception:
+            db.rollback()
+            log.exception("storing the participants' reliability of model %s failed", model.id)
 
 
 def run_training(
@@ -96,6 +109,8 @@ def run_training(
         params = parse_params(job.kind, job.params)
         progress(0.0, "loading answers")
         data = load_training_data(db, project, include_flagged=params.include_flagged)
+        if params.weighting == "reliability":
+            load_answer_weights(db, project, data)
         kind = get_kind(job.kind)
         if kind.load is not None:
             kind.load(db, project, data, params)
@@ -144,7 +159,7 @@ def run_training(
             db.rollback()
             return "cancelled"
         db.commit()
-        _after_model(db, project.id, model, trained.artifact, data.triplets)
+        _after_model(db, project.id, model, trained.artifact, data.triplets, data.pairs)
         if extra_progress is not None:
             extra_progress(1.0, "done")
         return "succeeded"

@@ -21,6 +21,7 @@ from app.db.session import get_engine, session_factory
 from app.services import imports
 from app.services.adaptive import schedule_refits
 from app.services.preview import release_places
+from app.services.reliability import schedule_reliability
 from app.services.study_control import check_stop_rules
 from app.training import jobs as job_service
 from app.training.executor import Executor, make_executor
@@ -89,8 +90,9 @@ class JobRunner:
             self._stop.wait(self.poll_s)
 
     def tick(self) -> None:
-        """One round: re-queue dead jobs, schedule retraining, stop studies whose stop rule is
-        met, collect results, start jobs."""
+        """One round: re-queue dead jobs, schedule retraining (policies, adaptive refits, the
+        crowd's reliability), stop studies whose stop rule is met, collect results, start
+        jobs."""
         with self._sessions() as db:
             now = time.monotonic()
             if now - self._last_requeue >= REQUEUE_EVERY_S:
@@ -98,6 +100,7 @@ class JobRunner:
                 job_service.requeue_stale(db)
             schedule_due(db)
             schedule_refits(db)
+            schedule_reliability(db)
             if now - self._last_stop_rules >= STOP_RULES_EVERY_S:
                 self._last_stop_rules = now
                 check_stop_rules(db)

@@ -309,3 +309,59 @@ def test_bald_scores_a_pinned_near_tie_zero_and_an_unknown_point_high():
     # "predictive" is the entropy of the posterior's mean answer: the tie stays a coin flip.
     total = bald_gains(X, pinned, 10, first, second, np.random.default_rng(0), total=True)
     assert total[0] == pytest.approx(np.log(2), abs=1e-3)
+
+
+# --- pairs with ties -------------------------------------------------------------------------
+
+
+def test_pairs_variant_follows_a_ranking_and_proposes_pairs():
+    strategy = AdaptiveTriplets(12, {"kind": "pairs"}, seed=0)
+    assert strategy.model_kind == "bradley_terry" and strategy.answer_kind == "pair"
+    assert strategy.follows("bradley_terry", {"alpha": 0.1})
+    assert not strategy.follows("svmcompare", {})
+    svm = AdaptiveTriplets(12, {"kind": "pairs", "model": "svmcompare"}, seed=0)
+    assert svm.model_kind == "svmcompare" and svm.follows("svmcompare", {"C": 1.0})
+    random = [strategy.propose({}, step) for step in range(10)]
+    assert all(p.kind == "pair" and len(set(p.objects)) == 2 for p in random)
+    assert not any(p.ref for p in random)  # no batch yet: random
+
+
+def test_pairs_batch_asks_each_objects_least_sure_partner_once():
+    scores = np.linspace(-6, 6, 12)  # well separated: neighbours are the unsure pairs
+    strategy = AdaptiveTriplets(12, {"kind": "pairs", "pool": 100, "explore": 0}, seed=0)
+    answered = np.array([[0, 1, 1], [5, 6, 0]])
+    state = strategy.refreshed_state({}, np.empty((0, 3)), pairs=answered, scores=scores, tie=2.0)
+    batch = state["batch"]
+    assert len(batch) > 12  # 2 x refresh_every = 20 objects in the round, less repeats
+    keys = {tuple(sorted(row)) for row in batch}
+    assert len(keys) == len(batch)  # no pair twice
+    assert not keys & {(0, 1), (5, 6)}  # nor one answered before
+    gaps = np.array([abs(scores[a] - scores[b]) for a, b in batch[:12]])
+    assert np.median(gaps) <= 2 * (scores[1] - scores[0])  # near neighbours, not far pairs
+    proposal = strategy.propose(state, 0)
+    assert proposal.kind == "pair" and list(proposal.objects) == batch[0]
+    json.dumps(state)
+
+
+@pytest.mark.parametrize("criterion", ["margin", "entropy", "confidence"])
+def test_pair_uncertainty_orders_a_sure_pair_below_a_boundary_pair(criterion):
+    from app.active.scoring import pair_outcome_probabilities, pair_uncertainty
+
+    scores = np.array([0.0, np.log(2.0) * 2, 10.0])  # 0-1 at the tie's boundary (nu = 2)
+    p = pair_outcome_probabilities(scores, 2.0, np.array([0, 0]), np.array([1, 2]))
+    sure, boundary = pair_uncertainty(p, criterion)[[1, 0]]
+    assert boundary > sure
+
+
+@pytest.mark.parametrize(
+    "params,field",
+    [
+        ({"kind": "pairs", "model": "rankboost"}, "model"),
+        ({"kind": "embedding", "model": "svmcompare"}, "model"),
+        ({"kind": "pairs", "score": "bald"}, "score"),
+        ({"kind": "pairs", "dims": 2}, "dims"),
+    ],
+)
+def test_pairs_params_name_the_field(params, field):
+    with pytest.raises(ValueError, match=field):
+        Planner([{"kind": "adaptive", "weight": 1, "params": params}], 10, 0)

@@ -12,10 +12,12 @@ from tests.factories import make_objects, make_project
 KINDS = list(REGISTRY)  # every kind the server trains, comprf included
 # The figure each kind's curve follows (its trainer's metrics).
 MAIN_METRIC = {
+    "bradley_terry": "heldout_pair_accuracy",
     "comprf": "loo_accuracy",
     "embedding": "heldout_triplet_accuracy",
     "kernel": "heldout_triplet_accuracy",
     "metricboost": "heldout_triplet_accuracy",
+    "reliability": "mean_reliability",
     "svmcompare": "heldout_pair_accuracy",
     "tripletboost": "cv_label_accuracy",
 }

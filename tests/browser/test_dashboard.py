@@ -11,6 +11,7 @@ XSS payloads, which must show as text on every page.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -64,6 +65,7 @@ class Filled:
                 (DIGITS, "kernel", {}),
                 (DIGITS, "embedding", {}),
                 (RANKED, "svmcompare", {"solver": "dual"}),
+                (DIGITS, "reliability", {}),
             ):
                 project = db.query(Project).filter_by(slug=slug).one()
                 job = create_job(db, project, kind, params, trigger="cli")
@@ -225,7 +227,13 @@ def test_project_page_renders_every_figure(filled, page, artifacts):
     assert activity.locator("rect.bar").count() >= 1
     assert activity.locator("rect.bar.alt").count() >= 3
     assert page.locator("#participants-table tbody tr").count() >= 3
-    # A learning curve per kind, each with the two trainings as points.
+    # The reliability learned from the answers, with its interval, beside the rules' figures.
+    assert "Reliability" in page.text_content("#participants-table thead")
+    cells = page.locator("#participants-table tbody tr td:nth-child(7)").all_text_contents()
+    shown = r"\s*[01]\.\d\d\s*[01]\.\d\d–[01]\.\d\d\s*"  # value, then its interval
+    assert sum(bool(re.fullmatch(shown, c)) for c in cells) >= 3, cells
+    assert all(re.fullmatch(shown, c) or c.strip() == "—" for c in cells), cells
+    # A learning curve per kind, each with the two trainings as points (not the reliability's).
     figures = page.locator("#models figure")
     assert figures.count() == 3
     for i in range(3):
@@ -244,7 +252,7 @@ def test_project_page_renders_every_figure(filled, page, artifacts):
     assert page.input_value("#link-worker").endswith(f"/w/{DIGITS}")
     assert "PROLIFIC_PID" in page.input_value("#link-prolific")
     assert "ExternalQuestion" in page.input_value("#link-mturk")
-    assert page.locator("#jobs-table tbody tr").count() == 6
+    assert page.locator("#jobs-table tbody tr").count() == 8
     no_xss(page)
     shoot(page, artifacts, "project")
 
@@ -315,7 +323,7 @@ def test_admin_page_keys_queue_and_revoke_ends_the_session(filled, page, browser
     page.goto(f"{filled.url}/dashboard/admin")
     assert page.title() == "Admin · Triplet Lab"
     assert page.locator("#timings").count() == 1
-    assert page.locator("#queue-table tbody tr").count() == 8
+    assert page.locator("#queue-table tbody tr").count() == 10  # 5 jobs per training round
     # Per-endpoint timings of the live server, including the worker API the crowd used.
     endpoints = page.locator("#timings-table tbody tr").all_text_contents()
     assert any("/api/w/sessions/{session_id}/answers" in row for row in endpoints)

@@ -103,7 +103,10 @@ def test_every_model_kind_trains_on_the_cluster(live, runner: JobRunner):
     plan = {"strategies": [{"kind": "comprf", "params": {"n_trees": 2}}]}
     response = client.put(f"/api/projects/{study.slug}/plan", json=plan, headers=headers)
     assert response.status_code == 200, response.text
-    jobs = {kind: train(client, headers, study.slug, kind) for kind in KINDS}
+    # Every kind but the crowd's reliability, which needs answers from participants (this
+    # study's are imported); it runs through the job runner in tests/training/test_reliability.py.
+    kinds = [kind for kind in KINDS if kind != "reliability"]
+    jobs = {kind: train(client, headers, study.slug, kind) for kind in kinds}
     for kind, job_id in jobs.items():
         done = wait_for(client, headers, job_id, runner, timeout=300)
         assert done["status"] == "succeeded", (kind, done["error"])

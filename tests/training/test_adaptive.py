@@ -118,3 +118,45 @@ def test_a_landed_model_feeds_the_workers_questions(
     assert _state(engine, study.slug)["strategies"][0]["next"] == min(POOL_BATCH, len(batch))
     with Session(engine) as db:
         assert db.get(Model, done["model_id"]).kind == model_kind
+
+
+def test_adaptive_pairs_follow_a_bradley_terry_ranking(live, engine, pool):
+    client, headers = live
+    study = make_study(client, headers, n=15, n_triplets=0, n_pairs=40)  # 40 imported pairs
+    plan = {
+        "strategies": [{"kind": "adaptive", "params": {"kind": "pairs", "refresh_every": 20}}],
+        "queries_per_session": 10,
+        "repeat_rate": 0,
+    }
+    response = client.put(f"/api/projects/{study.slug}/plan", json=plan, headers=headers)
+    assert response.status_code == 200, response.text
+    runner = make_runner(engine, pool)
+    runner.tick()  # 40 pair answers >= refresh_every: a Bradley-Terry refit is queued
+    jobs = [j for j in _jobs(engine, study.slug) if j.trigger == "adaptive"]
+    assert [(j.kind, j.params) for j in jobs] == [("bradley_terry", {})]
+    done = wait_for(client, headers, jobs[0].id, runner)
+    assert done["status"] == "succeeded", done["error"]
+    state = _state(engine, study.slug)["strategies"][0]
+    assert state["model_id"] == done["model_id"] and len(state["batch"]) > 0
+    assert all(len(row) == 2 for row in state["batch"])
+
+    session_id, worker = open_session(client, study.slug)
+    kinds = []
+    for _ in range(5):
+        query = next_query(client, session_id, worker)["query"]
+        kinds.append(query["kind"])
+        assert answer(client, session_id, worker, query["token"], 0).status_code == 201
+    assert kinds == ["pair"] * 5
+    with Session(engine) as db:
+        project = db.scalars(select(Project).where(Project.slug == study.slug)).one()
+        questions = db.scalars(
+            select(Question).where(
+                Question.project_id == project.id, Question.strategy == "adaptive"
+            )
+        )
+        scored = [q for q in questions if (q.strategy_ref or {}).get("scored")]
+    assert scored and all(q.kind == "pair" for q in scored)
+    ranking = client.get(
+        f"/api/projects/{study.slug}/models/bradley_terry/latest/ranking", headers=headers
+    )
+    assert ranking.status_code == 200 and ranking.json()["count"] == 15

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import re
 
 import numpy as np
@@ -58,3 +59,27 @@ def test_svmcompare_learns_from_ties_given_the_way_people_give_them():
     spec = KINDS["svmcompare"]
     trained = spec.train(_pairs_study(tie_margin=1.0), spec.params(), lambda f, t: None)
     assert trained.metrics["heldout_pair_accuracy"] > 0.5
+
+
+@pytest.mark.parametrize(
+    "kind", ["embedding", "kernel", "metricboost", "tripletboost", "svmcompare", "bradley_terry"]
+)
+def test_every_kind_trains_with_answer_weights(kind):
+    """``weighting: "reliability"`` hands each kind per-answer weights; a kind trains with
+    them, and weights that silence half the answers change what it learns."""
+    from app.learning.triplets import make_random_triplets
+
+    data = _pairs_study(tie_margin=1.0, n_pairs=300)
+    data.labels = np.array([f"c{i % 2}" if i % 3 else None for i in range(data.n_objects)])
+    data.triplets = make_random_triplets(data.features, n_triplets=600, random_state=0)
+    rng = np.random.default_rng(0)
+    data.triplet_weights = rng.uniform(0.5, 1.0, len(data.triplets))
+    data.pair_weights = rng.uniform(0.5, 1.0, len(data.pairs))
+    spec = KINDS[kind]
+    params = spec.params(**({"n_estimators": 200} if kind == "tripletboost" else {}))
+    weighted = spec.train(data, params, lambda fraction, text: None)
+    assert weighted.metrics
+    data.triplet_weights = np.r_[np.zeros(300), np.ones(300)]
+    data.pair_weights = np.r_[np.zeros(150), np.ones(len(data.pairs) - 150)]
+    halved = spec.train(data, params, lambda fraction, text: None)
+    assert pickle.dumps(halved.artifact) != pickle.dumps(weighted.artifact)

@@ -80,6 +80,6 @@ def test_docs_route_table_is_the_registry():
 
 def test_an_unknown_kind_is_refused_naming_the_kinds():
     with pytest.raises(
-        Exception, match="unknown model kind 'psychic'; the kinds are comprf, embedding"
+        Exception, match="unknown model kind 'psychic'; the kinds are bradley_terry, comprf, emb"
     ):
         get_kind("psychic")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,6 +39,11 @@ class Params(BaseModel):
 
     include_flagged: bool = Field(
         default=False, description="Also learn from flagged participants' answers."
+    )
+    weighting: Literal["reliability", "none"] = Field(
+        default="reliability",
+        description="reliability: each answer counts by how likely it was given carefully, as "
+        "the reliability model learned (1 until there is one); none: every answer counts once.",
     )
     random_state: int = Field(default=0, ge=0, lt=2**31)
 
@@ -93,6 +98,14 @@ class ModelKindSpec:
     #: what the kind reads from the database beyond the answers, onto ``data`` (comprf: the
     #: forest the crowd built); ``load(db, project, data, params)``, before ``requirements``
     load: Callable[[Session, Any, TrainingData, Any], None] | None = None
+    #: whether the dashboard draws its learning curve with the budget adviser (not for the
+    #: crowd's reliability, whose figures describe the participants, not a model's accuracy)
+    learning_curve: bool = True
+
+
+def weights_of(weights: np.ndarray | None, rows: np.ndarray | slice) -> np.ndarray | None:
+    """The weights of some of the answers (``rows``), or None when every answer counts once."""
+    return None if weights is None else weights[rows]
 
 
 # -- requirements shared by several kinds --------------------------------------------------

@@ -10,7 +10,7 @@ figures.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -24,6 +24,11 @@ from app.training.kinds._common import ModelKindSpec, Params, Progress, Trained,
 
 
 class ComprfParams(Params):
+    weighting: Literal["none"] = Field(
+        default="none",
+        description="none only: the forest's nodes count their votes as the answers arrive "
+        "(app/services/comprf.py), before any reliability is known.",
+    )
     position: int | None = Field(
         default=None,
         ge=0,

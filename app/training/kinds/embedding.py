@@ -25,6 +25,7 @@ from app.training.kinds._common import (
     heldout_split,
     labelled_split,
     need_triplets,
+    weights_of,
 )
 
 EMBEDDINGS = {"soe": SOE, "tste": TSTE, "ckl": CKL, "gnmds": GNMDS}
@@ -58,16 +59,17 @@ def estimator(params: EmbeddingParams):  # type: ignore[no-untyped-def]
 
 
 def train(data: TrainingData, params: EmbeddingParams, progress: Progress) -> Trained:
-    def fit(triplets: np.ndarray, start: float, span: float):  # type: ignore[no-untyped-def]
+    def fit(rows: np.ndarray | slice, start: float, span: float):  # type: ignore[no-untyped-def]
         return estimator(params).fit(
-            triplets,
+            data.triplets[rows],
             data.n_objects,
+            sample_weight=weights_of(data.triplet_weights, rows),
             callback=fraction_progress(progress, start, span, params.method),
         )
 
     train_part, test = heldout_split(len(data.triplets), params.random_state)
-    evaluated = fit(data.triplets[train_part], 0.0, 0.5)
-    final = fit(data.triplets, 0.5, 0.45)
+    evaluated = fit(train_part, 0.0, 0.5)
+    final = fit(slice(None), 0.5, 0.45)
     metrics: dict[str, Any] = {
         "n_triplets": len(data.triplets),
         "heldout_triplets": len(test),

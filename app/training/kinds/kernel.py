@@ -26,6 +26,7 @@ from app.training.kinds._common import (
     cv_label_accuracy,
     heldout_split,
     need_triplets,
+    weights_of,
 )
 
 KERNEL_MATRIX_MAX_OBJECTS = 5000
@@ -68,24 +69,29 @@ def train(data: TrainingData, params: KernelParams, progress: Progress) -> Train
     """k1 or k2; with ``landmarks``, on the triplets that fit the landmark design (§2.3):
     a project's other triplets (random ones, say) are left out."""
 
-    def fit(triplets: np.ndarray) -> TripletKernel:
+    def fit(rows: np.ndarray | slice) -> TripletKernel:
+        weight = weights_of(data.triplet_weights, rows)
         return TripletKernel(kind=params.kernel, landmarks=params.landmarks).fit(
-            triplets, data.n_objects
+            data.triplets[rows], data.n_objects, sample_weight=weight
         )
 
     if params.landmarks is not None:
         fits = landmark_triplet_mask(data.triplets, params.landmarks, params.kernel)
-        data = replace(data, triplets=data.triplets[fits])
+        data = replace(
+            data,
+            triplets=data.triplets[fits],
+            triplet_weights=weights_of(data.triplet_weights, fits),
+        )
     train_part, test = heldout_split(len(data.triplets), params.random_state)
     progress(0.1, "held-out fit")
-    evaluated = fit(data.triplets[train_part])
+    evaluated = fit(train_part)
     metrics: dict[str, Any] = {
         "n_triplets": len(data.triplets),
         "heldout_triplets": len(test),
         "heldout_triplet_accuracy": _agreement(evaluated, data.triplets[test]),
     }
     progress(0.4, "final fit")
-    final = fit(data.triplets)
+    final = fit(slice(None))
     progress(0.6, "label cross-validation (kernel SVM)")
     accuracy = cv_label_accuracy(
         data.labels,

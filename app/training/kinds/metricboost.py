@@ -27,6 +27,7 @@ from app.training.kinds._common import (
     need_features,
     need_triplets,
     standardizer,
+    weights_of,
 )
 
 
@@ -49,17 +50,22 @@ def train(data: TrainingData, params: MetricBoostParams, progress: Progress) -> 
     mean, scale = standardizer(data.features) if params.standardize else (0.0, 1.0)
     X = (data.features - mean) / scale
 
-    def fit(triplets: np.ndarray, start: float, span: float) -> MetricBoost:
+    def fit(rows: np.ndarray | slice, start: float, span: float) -> MetricBoost:
         model = MetricBoost(
             n_estimators=params.n_estimators,
             weak_learner=params.weak_learner,
             random_state=params.random_state,
         )
-        return model.fit(X, triplets, callback=fraction_progress(progress, start, span, "boosting"))
+        return model.fit(
+            X,
+            data.triplets[rows],
+            sample_weight=weights_of(data.triplet_weights, rows),
+            callback=fraction_progress(progress, start, span, "boosting"),
+        )
 
     train_part, test = heldout_split(len(data.triplets), params.random_state)
-    evaluated = fit(data.triplets[train_part], 0.0, 0.45)
-    final = fit(data.triplets, 0.45, 0.45)
+    evaluated = fit(train_part, 0.0, 0.45)
+    final = fit(slice(None), 0.45, 0.45)
     metrics: dict[str, Any] = {
         "n_triplets": len(data.triplets),
         "heldout_triplets": len(test),

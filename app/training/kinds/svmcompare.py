@@ -24,6 +24,7 @@ from app.training.kinds._common import (
     need_features,
     project_objects,
     standardizer,
+    weights_of,
 )
 
 EXACT_SVMCOMPARE_MAX_PAIRS = 3000  # the dual's 2m × 2m kernel: ~0.5 GB at 3,000 pairs
@@ -89,7 +90,7 @@ def train(data: TrainingData, params: SVMCompareParams, progress: Progress) -> T
     if solver == "auto":
         solver = "dual" if len(data.pairs) <= EXACT_SVMCOMPARE_MAX_PAIRS else "primal"
 
-    def fit(pairs: np.ndarray) -> SVMCompare:
+    def fit(rows: np.ndarray | slice) -> SVMCompare:
         model = SVMCompare(
             C=params.C,
             kernel=params.kernel,
@@ -97,18 +98,20 @@ def train(data: TrainingData, params: SVMCompareParams, progress: Progress) -> T
             solver=solver,
             random_state=params.random_state,
         )
-        return model.fit(X[pairs[:, 0]], X[pairs[:, 1]], pairs[:, 2])
+        pairs = data.pairs[rows]
+        weight = weights_of(data.pair_weights, rows)
+        return model.fit(X[pairs[:, 0]], X[pairs[:, 1]], pairs[:, 2], sample_weight=weight)
 
     train_part, test = heldout_split(len(data.pairs), params.random_state)
     progress(0.1, "held-out fit")
     try:
-        evaluated = fit(data.pairs[train_part])
+        evaluated = fit(train_part)
     except ValueError as error:
         raise _explain(error, data.pairs[train_part], "the held-out fit (90%)") from error
     held = data.pairs[test]
     progress(0.5, "final fit")
     try:
-        final = fit(data.pairs)
+        final = fit(slice(None))
     except ValueError as error:
         raise _explain(error, data.pairs, "the final fit") from error
     metrics = {

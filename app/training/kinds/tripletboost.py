@@ -13,7 +13,7 @@ from pydantic import Field
 from sqlalchemy.orm import Session
 
 from app.db.models import Model
-from app.learning.tripletboost import TripletBoost
+from app.learning.tripletboost import TripletBoost, weighted_majority
 from app.training.data import TrainingData
 from app.training.kinds._common import (
     ModelKindSpec,
@@ -45,6 +45,11 @@ def requirements(data: TrainingData, params: TripletBoostParams) -> list[str]:
 
 def train(data: TrainingData, params: TripletBoostParams, progress: Progress) -> Trained:
     labelled, y, folds = label_folds(data.labels, params.cv_folds, params.random_state)
+    # Weighted, repeats and contradictions are merged by weighted majority once, here, so
+    # that the folds, the final fit and its predictions read the same triplets.
+    triplets = data.triplets
+    if data.triplet_weights is not None:
+        triplets = weighted_majority(triplets, data.triplet_weights)
     steps = len(folds) + 1
     correct = abstained = 0
     for fold, (_train, test) in enumerate(folds):
@@ -52,16 +57,14 @@ def train(data: TrainingData, params: TripletBoostParams, progress: Progress) ->
         hidden[labelled[test]] = None
         model = TripletBoost(n_estimators=params.n_estimators, random_state=params.random_state)
         model.fit(
-            data.triplets, hidden, progress=sub_progress(progress, fold, steps, "cross-validation")
+            triplets, hidden, progress=sub_progress(progress, fold, steps, "cross-validation")
         )
-        predicted = model.predict(data.triplets, labelled[test])
+        predicted = model.predict(triplets, labelled[test])
         abstains = np.array([p is None for p in predicted])
         abstained += int(abstains.sum())
         correct += int(np.sum(np.array([str(p) for p in predicted]) == y[test]))
     final = TripletBoost(n_estimators=params.n_estimators, random_state=params.random_state)
-    final.fit(
-        data.triplets, data.labels, progress=sub_progress(progress, steps - 1, steps, "final fit")
-    )
+    final.fit(triplets, data.labels, progress=sub_progress(progress, steps - 1, steps, "final fit"))
     metrics: dict[str, Any] = {"n_triplets": len(data.triplets), "n_labelled": len(labelled)}
     if folds:
         metrics["cv_label_accuracy"] = correct / len(labelled)
@@ -70,7 +73,7 @@ def train(data: TrainingData, params: TripletBoostParams, progress: Progress) ->
         metrics["cv_accuracy_when_answered"] = correct / answered if answered else None
         metrics["cv_folds"] = len(folds)
         metrics["note"] = "abstentions count as errors in cv_label_accuracy"
-    return Trained({"estimator": final, "triplets": data.triplets}, metrics)
+    return Trained({"estimator": final, "triplets": triplets}, metrics)
 
 
 def labels(
