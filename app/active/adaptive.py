@@ -78,7 +78,7 @@ class AdaptiveTriplets(Strategy):
         ),
         Param(
             "model", "choice", "The ranking model kind pairs follows (kind pairs only).",
-            default="bradley_terry", choices=RANKING_MODELS,
+            default="bradley_terry", choices=RANKING_MODELS, applies_with=(("kind", "pairs"),),
         ),
         Param(
             "method", "choice", "The embedding's method (kind embedding only).",

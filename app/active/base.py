@@ -56,6 +56,7 @@ class Param:
     of ``choices``), ``indices`` (a list of object indices) or ``triplets`` (a list of
     ``[a, b, c]``). ``default`` None: the strategy decides (``description`` says how).
     ``low``/``high`` bound a number (inclusive; None: unbounded or bounded by the project).
+    ``applies_with``: the other params it needs (adaptive's ``model`` with ``kind: pairs``).
     The strategy's constructor still checks every value (with the reasons it gives), and a
     test holds the two together (tests/active/test_strategy_params.py)."""
 
@@ -66,6 +67,7 @@ class Param:
     low: float | None = None
     high: float | None = None
     choices: tuple[str, ...] = ()
+    applies_with: tuple[tuple[str, Any], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -76,6 +78,7 @@ class Param:
             "low": self.low,
             "high": self.high,
             "choices": list(self.choices),
+            "applies_with": dict(self.applies_with),
         }
 
 

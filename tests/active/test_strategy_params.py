@@ -25,7 +25,8 @@ def test_every_declared_param_is_accepted_and_no_other(kind):
             value = EXAMPLES.get(param.kind, param.low if param.low is not None else 2)
         if param.kind == "int":
             value = int(value)
-        _make(kind, {param.name: value})  # accepted alone, at its default or an example
+        # accepted alone (with the params it needs), at its default or an example
+        _make(kind, {**dict(param.applies_with), param.name: value})
     with pytest.raises(ValueError, match="unknown params"):
         _make(kind, {"not_a_param": 1})
     assert cls.describe()["description"], f"{kind} needs a docstring: the builder shows it"
@@ -39,17 +40,18 @@ def test_every_declared_param_is_accepted_and_no_other(kind):
 def test_declared_bounds_and_choices_are_the_constructors(kind, param):
     number = int if param.kind == "int" else float
     step = 1 if param.kind == "int" else 0.01
+    needs = dict(param.applies_with)
     if param.kind in ("int", "float") and param.low is not None:
         with pytest.raises(ValueError):
-            _make(kind, {param.name: number(param.low) - step})
+            _make(kind, {**needs, param.name: number(param.low) - step})
     if param.kind in ("int", "float") and param.high is not None:
         with pytest.raises(ValueError):
-            _make(kind, {param.name: number(param.high) + step})
+            _make(kind, {**needs, param.name: number(param.high) + step})
     if param.kind == "choice":
         for choice in param.choices:
-            _make(kind, {param.name: choice})
+            _make(kind, {**needs, param.name: choice})
         with pytest.raises(ValueError):
-            _make(kind, {param.name: "no-such-choice"})
+            _make(kind, {**needs, param.name: "no-such-choice"})
 
 
 def test_comprf_declares_the_params_it_checks():
