@@ -624,11 +624,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--strategy",
+        nargs="+",
         choices=("random", "adaptive", "adaptive_pairs", "comprf"),
-        default="random",
-        help="the plan's strategy (adaptive: see ADAPTIVE_REFRESH; adaptive_pairs: adaptive "
-        "with kind pairs; the job runner is on for both; comprf: 10 trees, redundancy 3, on "
-        "the 1,797 digits)",
+        default=["random"],
+        help="the plan's strategy; several: each of our rows runs with each, side by side in "
+        "turns (adaptive: see ADAPTIVE_REFRESH; adaptive_pairs: adaptive with kind pairs; the "
+        "job runner is on for both; comprf: 10 trees, redundancy 3, on the 1,797 digits)",
     )
     parser.add_argument(
         "--session-length",
@@ -655,15 +656,28 @@ def main() -> None:
         else:
             salmon = Salmon(args.salmon.resolve(), launcher)
 
+    # Our rows, once per strategy: "postgres2" (the first strategy), "postgres2+comprf", …
+    rows = [
+        f"{row}+{strategy}" if i and row not in ("salmon", "bare") else row
+        for row in rows
+        for i, strategy in enumerate(args.strategy)
+        if i == 0 or row not in ("salmon", "bare")
+    ]
+    for row in rows:
+        base, _, strategy = row.partition("+")
+        LABELS.setdefault(row, f"{LABELS[base]}, {strategy}")
+
     def system(row: str):  # type: ignore[no-untyped-def]
         if row == "salmon":
             assert salmon is not None
             return salmon.running(n_sessions)
         if row == "bare":
             return bare(n_sessions)
-        url = args.postgres if row.startswith("postgres") else None
-        processes = 2 if row.endswith("2") else 1
-        return ours(url, n_sessions, processes, args.strategy, args.session_length)
+        base, _, strategy = row.partition("+")
+        url = args.postgres if base.startswith("postgres") else None
+        processes = 2 if base.endswith("2") else 1
+        strategy = strategy or args.strategy[0]
+        return ours(url, n_sessions, processes, strategy, args.session_length)
 
     runs: dict[tuple[str, int], list[Run]] = {(r, w): [] for r in rows for w in args.workers}
     load_before = os.getloadavg()
@@ -684,6 +698,10 @@ def main() -> None:
     finally:
         if salmon is not None:
             salmon.stop()
+    print(
+        f"\nplan: {args.strategy[0]} (the rows without a strategy named), sessions of "
+        f"{args.session_length} questions (a session that ends is followed by a new one)"
+    )
     report(runs, rows, args.workers, seconds, args.repeats, load_before)
 
 

@@ -36,7 +36,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 from weakref import WeakKeyDictionary
 
 import psycopg
@@ -70,6 +70,7 @@ from app.services import pool, round_trip_sql, sessions, study_state
 from app.services.quality import SET_AUTOMATIC_FLAG, flag_change
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_BATCH = 16  # answers in one statement at most (the others' answers wait behind it)
 MAX_GROUP = 64  # answers in one SQLite transaction at most
@@ -110,10 +111,6 @@ class Context:
     plan_json: str  # as the statement compares it with the project's own
     stored_plan: dict[str, Any] | None  # as stored (the plan's JSON, read)
 
-    @property
-    def collecting(self) -> bool:
-        return self.plan is not None
-
 
 _contexts: dict[int, Context] = {}
 
@@ -126,7 +123,7 @@ def forget() -> None:
 _PLAN = select(Project.plan).where(Project.id == bindparam("project"))
 
 
-def context(db: Session, project_id: int, *, fresh: bool = False) -> Context | None:
+def context(db: Session, project_id: int, fresh: bool = False) -> Context | None:
     """The project's plan as decided with (read anew when ``fresh``); None if no project."""
     found = None if fresh else _contexts.get(project_id)
     if found is not None:
@@ -706,16 +703,17 @@ async def record_answer(
     """Store the answer and give the session's next question (see the module)."""
     if data.client_ms is not None and not 0 <= data.client_ms <= MAX_CLIENT_MS:
         raise InvalidInput(f"client_ms must be between 0 and {MAX_CLIENT_MS}, got {data.client_ms}")
+    explain = (_with_session, explain_refusal, sessions_of, session_id, authorization, data)
     facts = rules.token_facts(data.token)
     if facts is None:
-        return await in_turn(_explain, sessions_of, session_id, authorization, data)
+        return await in_turn(*explain)
     fresh = alone = False
     for _ in range(RETRIES):
         ctx = _contexts.get(facts.project_id) if not fresh else None
         if ctx is None:
-            ctx = await in_turn(_context, sessions_of, facts.project_id)
-        if ctx is None or not ctx.collecting:
-            return await in_turn(_explain, sessions_of, session_id, authorization, data)
+            ctx = await in_turn(_with_session, context, sessions_of, facts.project_id, True)
+        if ctx is None or ctx.plan is None:
+            return await in_turn(*explain)
         params = _params(ctx, session_id, authorization, data, facts.answered)
         params["alone"] = alone
         stored = await _line(engine, sessions_of, in_turn).store(ctx, params)
@@ -728,7 +726,7 @@ async def record_answer(
         fresh = stored.status == "stale"
         alone = alone or stored.status == "alone"
         if stored.status == "refused":
-            return await in_turn(_explain, sessions_of, session_id, authorization, data)
+            return await in_turn(*explain)
     raise ServiceUnavailable("the server is busy; nothing was changed, retry shortly", 1)
 
 
@@ -747,33 +745,21 @@ async def _after(
         pool.producer(engine).claimed(ctx.project_id, stored.question_id)
     if stored.next is not None:
         nxt = NextQuery(query=stored.next)
-    elif stored.finished:
-        nxt = await in_turn(next_question, sessions_of, session_id, authorization)
-    else:
-        nxt = await in_turn(next_question, sessions_of, session_id, authorization)
+    else:  # the end (its code), a repeat, or a pool that had nothing for the participant
+        nxt = await in_turn(_with_session, next_for_session, sessions_of, session_id, authorization)
     return AnswerRecorded(
         answered=stored.answered, total=stored.total, done=stored.finished, next=nxt
     )
 
 
-def _context(sessions_of: Callable[[], Session], project_id: int) -> Context | None:
+def _with_session(function: Callable[..., T], sessions_of: Callable[[], Session], *args: Any) -> T:
+    """``function(db, *args)`` with a session of its own (run in a thread turn)."""
     with sessions_of() as db:
-        return context(db, project_id, fresh=True)
+        return function(db, *args)
 
 
 def next_question(
     sessions_of: Callable[[], Session], session_id: str, authorization: str | None
 ) -> NextQuery:
-    """:func:`next_for_session` with a session of its own (run in a thread turn)."""
-    with sessions_of() as db:
-        return next_for_session(db, session_id, authorization)
-
-
-def _explain(
-    sessions_of: Callable[[], Session],
-    session_id: str,
-    authorization: str | None,
-    data: AnswerCreate,
-) -> AnswerRecorded:
-    with sessions_of() as db:
-        return explain_refusal(db, session_id, authorization, data)
+    """:func:`next_for_session` with a session of its own (``GET …/next``)."""
+    return _with_session(next_for_session, sessions_of, session_id, authorization)
