@@ -530,7 +530,7 @@ def next_for_session(db: Session, session_id: str, authorization: str | None) ->
     or resume, and after an answer whose statement did not hand out the next question (a
     repeat, a pool empty for this participant). Fills the pool when it finds nothing, in a
     transaction of its own; asks the worker to wait only when nothing can be asked now."""
-    waiting = False
+    filled: pool.Filled | None = None
     for _ in range(FILL_ATTEMPTS):
         ensure_write(db)
         work = sessions.held_session(db, session_id, authorization)
@@ -539,11 +539,15 @@ def next_for_session(db: Session, session_id: str, authorization: str | None) ->
             db.commit()
             return shown
         db.commit()  # nothing to ask this participant: the locks go before the project's
+        if filled is not None and not filled.available:
+            break  # a fill added nothing, and nothing is there for this participant
+        # Claimed again after every fill, even one that added nothing: requests that found
+        # the pool empty together wait for the project in turn, and all but the first find
+        # the questions the first one's fill created.
         filled = pool.fill_alone(db, work.project_id)
-        waiting = filled is not None and filled.waiting
-        if filled is None or not filled.available:
-            break  # the plan has nothing more now: claim again only after a fill that added
-    if waiting:  # its trees wait for answers others are giving now: come back shortly
+        if filled is None:
+            break
+    if filled is not None and filled.waiting:  # its trees wait for others' answers
         return NextQuery(wait=True, retry_after=WAIT_SECONDS, message=WAITING_MESSAGE)
     # Nothing more for this participant (seen it all, every object at its cap, the plan
     # exhausted), even where others may still be asked: the session ends politely.
