@@ -657,7 +657,19 @@ def explain_refusal(
     """Why the answer to ``data.token`` was not stored: an error naming the reason, or, for
     the same answer sent again, the session as it is now (harmless)."""
     work = sessions.held_session(db, session_id, authorization, hold=False)
-    query = db.scalar(select(Query).where(Query.token == data.token))
+    # Columns, not the ORM object: the rollback would expire it, and reading it again after
+    # a concurrent project deletion raised ObjectDeletedError (a 500) instead of the 404.
+    query = db.execute(
+        select(
+            Query.id,
+            Query.session_id,
+            Query.status,
+            Query.expires_at,
+            Query.kind,
+            Query.o2,
+            Query.o3,
+        ).where(Query.token == data.token)
+    ).first()
     db.rollback()
     if query is None:
         raise NotFound("unknown question token")
@@ -714,7 +726,7 @@ async def record_answer(
     fresh = alone = False
     for _ in range(RETRIES):
         ctx = _contexts.get(facts.project_id) if not fresh else None
-        if ctx is None:
+        if ctx is None or ctx.plan is None:  # a plan-less project read earlier: read it anew
             ctx = await in_turn(_with_session, context, sessions_of, facts.project_id, True)
         if ctx is None or ctx.plan is None:
             return await in_turn(*explain)
