@@ -436,21 +436,50 @@ def test_a_worker_waits_while_the_trees_need_others_answers(
     for width in (1280, 390):
         page.set_viewport_size({"width": width, "height": 800})
         page.screenshot(path=str(artifacts / f"worker-wait-{width}.png"), full_page=True)
-    # Another worker answers the same two questions as the first did: the root splits and the
-    # tree is complete (the same answers: a tie would ask a third worker).
-    nearer = {(row["a"], frozenset((row["b"], row["c"]))): row["b"] for row in server.answers(slug)}
-    opened = server.api.post(f"/api/w/{slug}/sessions", json={"participant": "other"}).json()
-    auth = {"Authorization": f"Bearer {opened['session_token']}"}
-    body = server.api.get(f"/api/w/sessions/{opened['session_id']}/next", headers=auth).json()
+    # Other workers answer what the tree needs beside this worker's answers, agreeing with
+    # them (a disagreement would ask one more worker); this worker answers what comes back to
+    # it (a split can ask it about the new nodes), until the tree is complete and its session
+    # ends with its code.
+    token = page.evaluate("document.getElementById('question').dataset.token")
+    for round_ in range(8):
+        nearer = {
+            (row["a"], frozenset((row["b"], row["c"]))): row["b"] for row in server.answers(slug)
+        }
+        answer_as_other(server, slug, f"other-{round_}", nearer)
+        page.wait_for_function(
+            "t => !document.getElementById('done').hidden"
+            " || document.getElementById('question').dataset.token !== t",
+            arg=token,
+            timeout=30_000,
+        )
+        while not page.is_visible("#done") and page.is_visible("#question"):
+            token = page.evaluate(SHOWN)["token"]
+            page.keyboard.press("ArrowLeft")
+            page.wait_for_function(
+                "t => document.getElementById('question').dataset.token !== t"
+                " || !document.getElementById('loading-detail').hidden"
+                " || !document.getElementById('done').hidden",
+                arg=token,
+            )
+        if page.is_visible("#done"):
+            break
+    page.wait_for_selector("#done:not([hidden])", timeout=30_000)
+    assert page.text_content("#completion-code").strip()
+
+
+def answer_as_other(server: Server, slug: str, participant: str, nearer: dict) -> None:
+    """A session of ``participant`` through the API, answering every question it is given:
+    as ``nearer`` says where it knows, else the first candidate."""
+    opened = server.api.post(f"/api/w/{slug}/sessions", json={"participant": participant})
+    auth = {"Authorization": f"Bearer {opened.json()['session_token']}"}
+    path = f"/api/w/sessions/{opened.json()['session_id']}"
+    body = server.api.get(f"{path}/next", headers=auth).json()
     while body.get("query"):
         query = body["query"]
         anchor, *candidates = (o["index"] for o in query["objects"])
         choice = nearer.get((anchor, frozenset(candidates)), candidates[0])
-        answer = {"token": query["token"], "choice": choice}
         reply = server.api.post(
-            f"/api/w/sessions/{opened['session_id']}/answers", json=answer, headers=auth
+            f"{path}/answers", json={"token": query["token"], "choice": choice}, headers=auth
         )
         assert reply.status_code == 201, reply.text
         body = reply.json()["next"]
-    page.wait_for_selector("#done:not([hidden])", timeout=30_000)
-    assert page.text_content("#completion-code").strip()
