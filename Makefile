@@ -29,10 +29,12 @@ browser:
 	  echo "installing Debian's chromium for the browser tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-## test: set everything up and run the whole suite (SQLite, PostgreSQL, browser)
+## test: set everything up and run the whole suite (SQLite, PostgreSQL, browser) on two
+## pytest-xdist workers, each with a PostgreSQL database of its own (tests/postgres.py);
+## a test file's tests stay together on one worker (its module fixtures are started once)
 test: $(STAMP) browser
 	$(BIN)/ruff check app tripletlab tests bench migrations docs/hooks
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 ## docs: build the documentation site into site/ (as the suite does, strictly)
 docs: $(STAMP)

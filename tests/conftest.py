@@ -30,11 +30,13 @@ from app.db.migrate import upgrade  # noqa: E402
 from app.db.session import make_engine  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.services.auth import create_key  # noqa: E402
+from tests.postgres import POSTGRES_URL, ensure_database  # noqa: E402
 
-POSTGRES_URL = os.environ.get(
-    "TRIPLETLAB_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
 DATABASES = ("sqlite", "postgresql")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    ensure_database()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -22,10 +22,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-# The suite's PostgreSQL (as in tests/conftest.py); servers get databases of their own beside it.
-POSTGRES_URL = os.environ.get(
-    "TRIPLETLAB_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
+from tests.postgres import POSTGRES_URL  # servers get databases of their own beside it
+
 TRIPLETLAB = str(Path(sys.executable).with_name("tripletlab"))
 
 
