@@ -125,7 +125,7 @@ def choose_grid(
     *,
     n_samples: int = 16,
     n_grids: int = 64,
-    scale: float | None = None,
+    scale: float | np.ndarray | None = None,
     alpha: float | None = None,
 ) -> tuple[int, np.ndarray]:
     """The anchor and ``n`` candidates of the most informative of ``n_grids`` random grids.
@@ -147,8 +147,11 @@ def choose_grid(
     n_grids : int, default=64
         Random grids scored; the best is returned (psiz scores a few thousand; the
         cost is ``n_grids × n_samples × n!/(n-k)!``).
-    scale : float, default=None
-        None: 0.1 times the embedding's root-mean-square distance to its centroid.
+    scale : float or ndarray of shape (n_objects,), default=None
+        Standard deviation of the perturbation, one for all objects or one per object
+        (e.g. shrinking with the answers an object has been in, a Laplace-like
+        posterior); None: 0.1 times the embedding's root-mean-square distance to its
+        centroid.
     alpha : float, default=None
         As in :func:`grid_information`.
 
@@ -174,9 +177,14 @@ def choose_grid(
         if scale is None:
             centred = X - X.mean(axis=0)
             scale = 0.1 * float(np.sqrt(np.mean(np.sum(centred**2, axis=1))))
-        if scale < 0:
-            raise ValueError(f"scale must be non-negative, got {scale}")
-        X = X[None] + scale * rng.standard_normal((n_samples, *X.shape))
+        scale_ = np.asarray(scale, dtype=float)
+        if scale_.shape not in ((), (n_objects,)) or np.any(scale_ < 0):
+            raise ValueError(
+                f"scale must be non-negative, one number or one per object, got {scale!r}"
+            )
+        if scale_.ndim:
+            scale_ = scale_[:, None]
+        X = X[None] + scale_ * rng.standard_normal((n_samples, *X.shape))
     # a grid: an anchor and n other objects, uniformly
     draws = np.argsort(rng.random((n_grids, n_objects)), axis=1)[:, : n + 1]
     information = grid_information(X, draws[:, 0], draws[:, 1:], k, alpha)
