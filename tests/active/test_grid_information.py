@@ -84,3 +84,14 @@ def test_bad_arguments_are_refused(kwargs: dict, message: str) -> None:
         choose_grid(np.zeros((30, 2)), rng=np.random.default_rng(0), **kwargs)
     with pytest.raises(ValueError, match="embedding must be a finite array"):
         choose_grid(np.zeros(30), 4, 1, np.random.default_rng(0))
+
+
+def test_a_scale_per_object_perturbs_only_those_objects() -> None:
+    X = np.random.default_rng(3).uniform(size=(40, 2)) * 10
+    scale = np.zeros(40)
+    scale[11] = 3.0
+    for seed in range(5):
+        anchor, candidates = choose_grid(X, 4, 1, np.random.default_rng(seed), scale=scale)
+        assert 11 in (anchor, *candidates)
+    with pytest.raises(ValueError, match="one per object"):
+        choose_grid(X, 4, 1, np.random.default_rng(0), scale=np.ones(39))
