@@ -137,7 +137,9 @@ def curve_random(data: Dataset, key: str, noise: float, seed: int, test: np.ndar
     return rows
 
 
-def curve_adaptive(data: Dataset, noise: float, seed: int, test: np.ndarray, starts: int):
+def curve_adaptive(
+    data: Dataset, noise: float, seed: int, test: np.ndarray, starts: int, explore: float
+):
     shape = SHAPES["8r2"]
     n = len(data.X)
     rng = np.random.default_rng([seed, 2])
@@ -146,7 +148,7 @@ def curve_adaptive(data: Dataset, noise: float, seed: int, test: np.ndarray, sta
     embedding = None
     rows = []
     for step in range(max(data.checkpoints)):
-        if embedding is None or rng.random() < EXPLORE:
+        if embedding is None or rng.random() < explore:
             q = random_questions(rng, n, shape, 1)[0]
         else:
             anchor, candidates = choose_grid(embedding, shape.n, shape.k, rng)
@@ -214,7 +216,9 @@ def fmt(value: float) -> str:
     return "    -" if np.isnan(value) else f"{value:.3f}"
 
 
-def run(data: Dataset, noise: float, seeds: int, starts: int, out: list[str]) -> None:
+def run(
+    data: Dataset, noise: float, seeds: int, starts: int, explore: float, out: list[str]
+) -> None:
     def say(line: str = "") -> None:
         print(line, flush=True)
         out.append(line)
@@ -228,7 +232,7 @@ def run(data: Dataset, noise: float, seeds: int, starts: int, out: list[str]) ->
         ]
         curves[key] = np.mean(np.array(runs), axis=0)
     runs = [
-        curve_adaptive(data, noise, s, held_out(data.X, np.random.default_rng(s)), starts)
+        curve_adaptive(data, noise, s, held_out(data.X, np.random.default_rng(s)), starts, explore)
         for s in range(seeds)
     ]
     curves["8r2-adapt"] = np.mean(np.array(runs), axis=0)
@@ -245,6 +249,7 @@ def run(data: Dataset, noise: float, seeds: int, starts: int, out: list[str]) ->
     n = len(data.X)
     say(
         f"## {data.name} (n={n}, dims={data.dims}), noise {noise:.0%}, {seeds} seed(s), "
+        f"adaptive explore {explore}, "
         f"t-STE best of {starts} start(s); {seconds:.0f} s"
     )
     say(
@@ -319,8 +324,6 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer checkpoints, one seed each")
     parser.add_argument("--out", type=Path, default=None, help="also write the report here")
     args = parser.parse_args()
-    global EXPLORE
-    EXPLORE = args.explore
     out = [
         "# "
         + "nice -n 10 .venv/bin/python bench/"
@@ -337,7 +340,7 @@ def main() -> None:
     print(out[0])
     for name in args.datasets:
         seeds = args.seeds or (1 if args.quick or name == "digits300" else 3)
-        run(make_dataset(name, args.quick), args.noise, seeds, args.starts, out)
+        run(make_dataset(name, args.quick), args.noise, seeds, args.starts, args.explore, out)
     if args.out:
         args.out.write_text("\n".join(out) + "\n")
 
