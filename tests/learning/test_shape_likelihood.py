@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy.optimize import check_grad
+from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
 
 from app.learning._embedding_base import _TripletIndex
 from app.learning._shape_likelihood import _ChoiceIndex
@@ -278,3 +283,27 @@ def test_the_oracle_refuses_what_it_cannot_answer(planted: np.ndarray) -> None:
         oracle.answer("pair", [[1, 2]])
     with pytest.raises(ValueError, match="persistent noise"):
         make_oracle(planted, persistent=True).answer(ODD, [[1, 2, 3]])
+
+
+# --- the docs page --------------------------------------------------------------------------
+
+
+def test_the_question_shapes_page_examples_run_as_a_notebook() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs/question-shapes.md").read_text()
+    cells = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(cells) >= 2
+    notebook: dict = {"__name__": "__docs__"}
+    for number, cell in enumerate(cells):
+        exec(compile(cell, f"<cell {number}>", "exec"), notebook)
+    assert notebook["tste"].likelihood_ == "shape"
+    assert notebook["spose"].embedding_.min() >= 0.0
+    assert notebook["chosen"].shape == (100, 2)
+
+
+def test_spose_is_a_scikit_learn_estimator() -> None:
+    est = SPoSE(n_components=3, lambd=0.01)
+    assert clone(est).get_params() == est.get_params()
+    with pytest.raises(NotFittedError):
+        est.predict([[0, 1, 2]])
+    with pytest.raises(ValueError, match="lambd"):
+        SPoSE(lambd=-1.0).fit([[0, 1, 2]])
