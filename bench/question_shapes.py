@@ -29,9 +29,11 @@ with ``likelihood="shape"``: the odd-one-out softmax, Plackett–Luce for grids:
 Tables: accuracy against screens answered; the same curves read at equal numbers of
 **objects shown** (screens × objects per screen: 3, 3, 5, 9; linear interpolation
 between checkpoints, "-" outside them); the screens each shape needs to reach what
-random triplets reach at 900 answers (the issue's goal: 8-rank-2 in ≤ 300 screens);
-and SPoSE (``app.learning.spose``, dot-product similarity, 10 dimensions, scored by
-similarity) against t-STE on the same odd-one-out answers.
+random triplets reach at 900 answers (the issue's goal: 8-rank-2 in ≤ 300 screens) and
+at the budget; on blobs30, which held-out triplets each shape's fit gets right, split by
+where near and far lie relative to the anchor's blob; and SPoSE (``app.learning.spose``,
+dot-product similarity, 10 dimensions, scored by similarity) against t-STE on the same
+odd-one-out answers.
 
 Data sets (as ``bench/active_embedding.py``): ``blobs30`` (30 points in 2-D, 3 Gaussian
 clusters, embedded in 2-D) and ``digits300`` (300 of scikit-learn's 8×8 digits, pixels
@@ -82,6 +84,7 @@ class Dataset:
     dims: int
     checkpoints: list[int]
     refresh: int
+    labels: np.ndarray
 
 
 def make_dataset(name: str, quick: bool) -> Dataset:
@@ -90,12 +93,14 @@ def make_dataset(name: str, quick: bool) -> Dataset:
         centres = rng.normal(scale=4.0, size=(3, 2))
         X = centres[np.arange(30) % 3] + rng.normal(size=(30, 2))
         points = [30, 60, 100, 150, 225, 300, 450, 600, 900]
-        return Dataset(name, X, 2, points[:6] if quick else points, 25)
+        return Dataset(name, X, 2, points[:6] if quick else points, 25, np.arange(30) % 3)
     if name == "digits300":
         digits = load_digits()
         pick = rng.choice(len(digits.target), 300, replace=False)
         points = [150, 300, 600, 900, 1500, 2700]
-        return Dataset(name, digits.data[pick], 5, points[:4] if quick else points, 150)
+        return Dataset(
+            name, digits.data[pick], 5, points[:4] if quick else points, 150, digits.target[pick]
+        )
     raise SystemExit(f"unknown dataset {name!r}")
 
 
@@ -194,6 +199,42 @@ def spose_rows(data: Dataset, noise: float, seed: int, test: np.ndarray, starts:
             )
         )
     return rows
+
+
+def breakdown(data: Dataset) -> list[tuple[str, int]]:
+    """The fits split by cluster: triplets, odd-one-out and 8-rank-2 at the budget, and
+    8-rank-2 at a third of it."""
+    top = max(data.checkpoints)
+    return [("triplet", top), ("odd", top), ("8r2", top // 3), ("8r2", top)]
+
+
+def by_cluster(data: Dataset, noise: float, seeds: int, starts: int) -> dict:
+    """Held-out accuracy of the implied-triplet fits, split by where near and far lie
+    relative to the anchor's cluster (blobs30's blobs): which triplets each shape misses."""
+    kinds = {
+        "both in the anchor's blob": lambda a, b, c: (b == a) & (c == a),
+        "one in the anchor's blob": lambda a, b, c: (b == a) ^ (c == a),
+        "both in one other blob": lambda a, b, c: (b != a) & (c != a) & (b == c),
+        "in two other blobs": lambda a, b, c: (b != a) & (c != a) & (b != c),
+    }
+    scores: dict = {}
+    for seed in range(seeds):
+        test = held_out(data.X, np.random.default_rng(seed))
+        a, b, c = (data.labels[test[:, i]] for i in range(3))
+        for key, m in breakdown(data):
+            shape = SHAPES[key]
+            rng = np.random.default_rng([seed, 1])  # the same answers as the curves
+            oracle = make_oracle(data.X, noise=noise, random_state=seed)
+            Q = random_questions(rng, len(data.X), shape, max(data.checkpoints))[:m]
+            E = fit(data, as_answers(shape, Q, oracle.answer(shape, Q)), "triplets", starts)
+            near = ((E[test[:, 0]] - E[test[:, 1]]) ** 2).sum(1)
+            far = ((E[test[:, 0]] - E[test[:, 2]]) ** 2).sum(1)
+            for name, where in kinds.items():
+                mask = where(a, b, c)
+                scores.setdefault(name, {}).setdefault((key, m), []).append(
+                    (float(np.mean((near < far)[mask])), float(mask.mean()))
+                )
+    return scores
 
 
 def ties(S: np.ndarray, test: np.ndarray) -> float:
@@ -311,6 +352,22 @@ def run(
                 cells.append(f"{name:>4}: {text:<30}")
             say(f"  {key:>9}  " + "  ".join(cells))
     say()
+    if data.name.startswith("blobs"):
+        say(
+            "where the misses are (blobs30): held-out accuracy of the implied-triplet fits by "
+            "where near and far lie, and the share of held-out triplets of each kind"
+        )
+        say(
+            f"{'near and far':>26} {'share':>6} "
+            + " ".join(f"{k + ' ' + str(m):>11}" for k, m in breakdown(data))
+        )
+        for name, cells in by_cluster(data, noise, seeds, starts).items():
+            share = np.mean([sh for _, sh in cells[breakdown(data)[0]]])
+            accs = " ".join(
+                f"{np.mean([acc for acc, _ in cells[c]]):>11.3f}" for c in breakdown(data)
+            )
+            say(f"{name:>26} {share:>6.3f} {accs}")
+        say()
     say(
         "odd-one-out answers: t-STE on the implied triplets, t-STE with the odd-one-out "
         "softmax, SPoSE (10 dims, scored by dot similarity; a tie is a miss)"
