@@ -66,6 +66,8 @@ class AnswerGroup:
 
 
 def _ordered_row(shape: Shape, objects: Sequence[int], choice: Any) -> list[int]:
+    if isinstance(choice, np.ndarray | np.integer):  # numpy's ints as Python's
+        choice = choice.tolist()
     choice = check_choice(shape, list(objects), choice)
     if shape.type == "triplet":
         anchor, first, second = objects

@@ -67,6 +67,11 @@ def test_both_forms_give_the_same_ordered_rows() -> None:
     np.testing.assert_array_equal(groups[0].positions, [0, 3])
     np.testing.assert_array_equal(groups[1].rows, [[7, 9, 4]])
     np.testing.assert_array_equal(groups[2].rows, [[3, 2, 1]])
+    numpy_choices = [
+        (RANK82, np.arange(9), np.array([5, 2])),
+        (ODD, np.array([4, 7, 9]), np.intp(4)),
+    ]
+    np.testing.assert_array_equal(check_answers(numpy_choices)[0].rows, groups[0].rows[:1])
     as_arrays = check_answers({g.shape: g.rows for g in groups})
     for a, b in zip(groups, as_arrays, strict=True):
         np.testing.assert_array_equal(a.rows, b.rows)
