@@ -13,7 +13,7 @@ from sklearn.exceptions import NotFittedError
 
 from app.learning._embedding_base import _TripletIndex
 from app.learning._shape_likelihood import _ChoiceIndex
-from app.learning.embedding import SOE, TSTE
+from app.learning.embedding import CKL, GNMDS, SOE, TSTE
 from app.learning.shape_answers import answer_triplets, check_answers
 from app.learning.shapes import Shape, implied_triplets_many
 from app.learning.spose import SPoSE
@@ -312,3 +312,20 @@ def test_spose_is_a_scikit_learn_estimator() -> None:
         est.predict([[0, 1, 2]])
     with pytest.raises(ValueError, match="lambd"):
         SPoSE(lambd=-1.0).fit([[0, 1, 2]])
+
+
+@pytest.mark.parametrize("estimator", [SOE, CKL, GNMDS, TSTE])
+def test_implied_triplets_carry_their_answer_s_weight(estimator: type) -> None:
+    """fit_answers(likelihood="triplets") is fit() on the implied triplets, each weighted by
+    the weight of the answer it came from."""
+    rng = np.random.default_rng(13)
+    X = rng.normal(size=(15, 2))
+    answers = answered(X, RANK82, 20, 13, noise=0.2) + answered(X, ODD, 20, 14, noise=0.2)
+    weight = rng.uniform(0.5, 2.0, size=len(answers))
+    shaped = estimator(random_state=0, max_iter=30).fit_answers(
+        answers, 15, likelihood="triplets", sample_weight=weight
+    )
+    triplets, owner = answer_triplets(check_answers(answers, 15))
+    plain = estimator(random_state=0, max_iter=30).fit(triplets, 15, sample_weight=weight[owner])
+    np.testing.assert_allclose(shaped.embedding_, plain.embedding_)
+    assert shaped.likelihood_ == plain.likelihood_ == "triplets"
