@@ -21,6 +21,8 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
 
+from app.learning._shape_likelihood import _ChoiceIndex
+from app.learning.shape_answers import answer_triplets, check_answers
 from app.learning.triplets import check_sample_weight, check_triplets
 
 __all__ = ["ProgressCallback", "embedding_knn_predict", "triplet_accuracy"]
@@ -216,6 +218,10 @@ class _OrdinalEmbedding(BaseEstimator):
         "random_state": ["random_state"],
     }
 
+    # "distance" (logits from squared distances) or "dot" when the estimator has shape
+    # likelihoods (see fit_answers); None when it has only its triplet loss.
+    _shape_similarity: ClassVar[str | None] = None
+
     def _loss_terms(
         self, sq_near: np.ndarray, sq_far: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -290,31 +296,139 @@ class _OrdinalEmbedding(BaseEstimator):
         loaded machine. Run several fits in parallel processes instead.
         """
         self._validate_params()
-        if n_objects is not None and (
-            isinstance(n_objects, bool) or not isinstance(n_objects, Integral)
-        ):
-            raise ValueError(f"n_objects must be an integer, got {n_objects!r}")
+        _check_n_objects(n_objects)
         T = check_triplets(triplets, n_objects)
         if len(T) == 0:
             raise ValueError("triplets is empty: need at least one triplet to fit an embedding")
         n = int(T.max()) + 1 if n_objects is None else int(n_objects)
         shape = (n, self.n_components)
         weight = check_sample_weight(sample_weight, len(T))
-        start = None
-        if init is not None:
-            start = np.asarray(init, dtype=float)
-            if start.shape != shape or not np.all(np.isfinite(start)):
-                raise ValueError(
-                    f"init must be a finite array of shape {shape} (n_objects, n_components), "
-                    f"got shape {start.shape}"
-                )
+        start = _check_init(init, shape)
         index = _TripletIndex(T, n, weight=weight)
+        self._minimise(self._objective, index, shape, start, callback)
+        self.likelihood_ = "triplets"
+        return self
+
+    def fit_answers(
+        self,
+        answers: Any,
+        n_objects: int | None = None,
+        *,
+        likelihood: str = "auto",
+        sample_weight: ArrayLike | None = None,
+        init: ArrayLike | None = None,
+        callback: ProgressCallback | None = None,
+    ) -> _OrdinalEmbedding:
+        """Embed the objects from answers of any triplet-like shape.
+
+        Parameters
+        ----------
+        answers : sequence of (shape, objects, choice), or mapping {shape: rows}
+            Triplet, odd-one-out and ranked-grid answers in a form
+            :func:`app.learning.shape_answers.check_answers` accepts.
+        n_objects : int, default=None
+            As in ``fit``.
+        likelihood : {"auto", "shape", "triplets"}, default="auto"
+            ``"triplets"``: fit the triplets the answers imply
+            (:func:`app.learning.shapes.implied_triplets`) with the estimator's
+            triplet loss, each weighted by its answer's weight. ``"shape"``: each
+            answer's own likelihood, the softmax choices of
+            :mod:`app.learning._shape_likelihood` (odd-one-out as in SPoSE, Zheng et al.
+            2019; ranked grids by Plackett–Luce as in psiz, Roads & Mozer 2019); only
+            estimators with a similarity kernel have one (:class:`TSTE`,
+            :class:`~app.learning.spose.SPoSE`). ``"auto"``: the shape's own likelihood
+            when every answer has the same odd-one-out or rank shape and the estimator
+            has one, else the implied triplets.
+        sample_weight : array-like of shape (n_answers,), default=None
+            One weight per answer, in the order of ``answers``.
+        init, callback
+            As in ``fit``.
+
+        Returns
+        -------
+        self : object
+            The fitted estimator; ``likelihood_`` says which likelihood was used.
+        """
+        self._validate_params()
+        if likelihood not in ("auto", "shape", "triplets"):
+            raise ValueError(
+                f"likelihood must be 'auto', 'shape' or 'triplets', got {likelihood!r}"
+            )
+        _check_n_objects(n_objects)
+        groups = check_answers(answers, n_objects)
+        n_answers = sum(len(g.rows) for g in groups)
+        weight = check_sample_weight(sample_weight, n_answers)
+        n = max(int(g.rows.max()) for g in groups) + 1 if n_objects is None else int(n_objects)
+        has_own = self._shape_similarity is not None
+        if likelihood == "shape" and not has_own:
+            raise ValueError(
+                f"{type(self).__name__} has no shape likelihood (TSTE and SPoSE have one); "
+                "use likelihood='triplets'"
+            )
+        own = likelihood == "shape" or (
+            likelihood == "auto"
+            and has_own
+            and len(groups) == 1
+            and groups[0].shape.type != "triplet"
+        )
+        if own:
+            shape = (n, self.n_components)
+            index = _ChoiceIndex(groups, n, str(self._shape_similarity), weight)
+            self._minimise(self._shape_objective, index, shape, _check_init(init, shape), callback)
+            self.likelihood_ = "shape"
+            return self
+        triplets, owner = answer_triplets(groups)
+        self._fit_triplets(triplets, n, None if weight is None else weight[owner], init, callback)
+        self.likelihood_ = "triplets"
+        return self
+
+    def _fit_triplets(
+        self,
+        triplets: np.ndarray,
+        n: int,
+        weight: np.ndarray | None,
+        init: ArrayLike | None,
+        callback: ProgressCallback | None,
+    ) -> None:
+        """Fit implied triplets with the estimator's triplet likelihood."""
+        self.fit(triplets, n, sample_weight=weight, init=init, callback=callback)
+
+    def _log_kernel(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Log-similarity of pairs from ``v`` (see ``_shape_similarity``), and d/dv."""
+        raise NotImplementedError
+
+    def _shape_objective(
+        self, x: np.ndarray, shape: tuple[int, int], index: _ChoiceIndex
+    ) -> tuple[float, np.ndarray]:
+        X = x.reshape(shape)
+        loss, grad = index.loss(X, self._log_kernel)
+        penalty, penalty_grad = self._penalty(X)
+        return loss + penalty, (grad + penalty_grad).ravel()
+
+    def _start(self, rng: np.random.RandomState, size: int) -> np.ndarray:
+        """A random start of the optimised variables."""
+        return rng.standard_normal(size)
+
+    def _bounds(self, size: int) -> list[tuple[float | None, float | None]] | None:
+        """Bounds of the optimised variables for L-BFGS-B (None: unbounded)."""
+        return None
+
+    def _minimise(
+        self,
+        objective: Callable[..., tuple],
+        index: Any,
+        shape: tuple[int, int],
+        start: np.ndarray | None,
+        callback: ProgressCallback | None,
+    ) -> _OrdinalEmbedding:
+        """The ``n_init`` L-BFGS-B restarts of ``objective(x, shape, index)``; keeps the best."""
+        n = shape[0]
         rng = check_random_state(self.random_state)
         total = self.n_init * self.max_iter
         progress = _Progress(callback, total)
         best: OptimizeResult | None = None
         for restart in range(self.n_init):
-            x0 = rng.standard_normal(n * self.n_components)
+            x0 = self._start(rng, n * self.n_components)
             if restart == 0 and start is not None:
                 x0 = start.ravel().copy()
             progress.done = restart * self.max_iter
@@ -323,11 +437,12 @@ class _OrdinalEmbedding(BaseEstimator):
             # across processes (jobs) instead.
             with threadpool_limits(limits=1, user_api="blas"):
                 result = minimize(
-                    self._objective,
+                    objective,
                     x0,
                     args=(shape, index),
                     jac=True,
                     method="L-BFGS-B",
+                    bounds=self._bounds(x0.size),
                     tol=self.tol,
                     options={"maxiter": self.max_iter},
                     callback=progress if callback is not None else None,
@@ -344,6 +459,7 @@ class _OrdinalEmbedding(BaseEstimator):
         self.loss_ = float(best.fun)
         self.n_iter_ = int(best.nit)
         self.n_objects_ = n
+        return self
         return self
 
     def fit_transform(
@@ -376,6 +492,25 @@ class _OrdinalEmbedding(BaseEstimator):
         """Fraction of ``triplets`` the embedding satisfies (held-out accuracy)."""
         check_is_fitted(self)
         return triplet_accuracy(self.embedding_, check_triplets(triplets, self.n_objects_))
+
+
+def _check_n_objects(n_objects: object) -> None:
+    if n_objects is not None and (
+        isinstance(n_objects, bool) or not isinstance(n_objects, Integral)
+    ):
+        raise ValueError(f"n_objects must be an integer, got {n_objects!r}")
+
+
+def _check_init(init: ArrayLike | None, shape: tuple[int, int]) -> np.ndarray | None:
+    if init is None:
+        return None
+    start = np.asarray(init, dtype=float)
+    if start.shape != shape or not np.all(np.isfinite(start)):
+        raise ValueError(
+            f"init must be a finite array of shape {shape} (n_objects, n_components), "
+            f"got shape {start.shape}"
+        )
+    return start
 
 
 class _Progress:

@@ -19,6 +19,7 @@ from app.learning._triplet_data import (
     _generator,
     _paired_distances,
 )
+from app.learning.shapes import Shape
 
 # Metrics the compiled loop answers (by its ``kind``); euclidean is compared squared.
 _COMPILED = {
@@ -47,6 +48,8 @@ class TripletOracle:
     Built by :func:`make_oracle`; call it as ``oracle(anchors, b, c)`` with
     equal-length integer arrays (or scalars). Returns a boolean array, True
     where d(a, b) < d(a, c), each answer flipped with probability ``noise``.
+    :meth:`answer` answers questions of every triplet-like shape with the same
+    noise model.
     Exact ties are answered by a fair coin. With ``persistent=True`` both the
     flip and the tie coin are a hash of (seed, a, min(b, c), max(b, c)), so a
     question gets the same answer at every ask and in either orientation
@@ -143,6 +146,77 @@ class TripletOracle:
                 closer ^= self._rng.random(closer.size) < self.noise
         self.n_asks += closer.size
         return closer.reshape(shape)
+
+    def answer(self, shape: Shape | str | dict, objects: ArrayLike) -> np.ndarray:
+        """Answer questions of one shape (:mod:`app.learning.shapes`) from the data.
+
+        The true answer: a triplet's nearer candidate; odd-one-out's object left out
+        of the closest pair of the three; a rank grid's ``k`` candidates nearest the
+        anchor, nearest first. Exact ties are broken at random. With probability
+        ``noise`` the answer is replaced by one drawn uniformly among the *other*
+        possible answers (the other candidate of a triplet: exactly the flip of
+        ``oracle(a, b, c)``; one of the two other objects of an odd-one-out; another
+        ordered choice of ``k`` of the grid's candidates), drawn afresh at every ask.
+
+        Parameters
+        ----------
+        shape : Shape, or its name or JSON form
+            ``triplet``, ``odd_one_out`` or ``rank`` (pairs are not distance questions).
+        objects : array-like of shape (n_questions, shape.size)
+            The objects shown, in the shape's order: the anchor first for a triplet or a
+            grid, the three objects for odd-one-out.
+
+        Returns
+        -------
+        choice : ndarray of shape (n_questions,) or, for rank, (n_questions, k)
+            The chosen objects' indices (for odd-one-out the odd one; for rank the ``k``
+            chosen candidates in order), ready for
+            :func:`app.learning.shapes.implied_triplets`.
+        """
+        shape = Shape.of(shape)
+        if shape.type == "pair":
+            raise ValueError("the oracle answers distance questions; a pair is not one")
+        if self.persistent:
+            raise ValueError(
+                "persistent noise is defined for triplets only (oracle(a, b, c)); "
+                "build the oracle with persistent=False to answer other shapes"
+            )
+        Q = np.asarray(objects)
+        if Q.ndim != 2 or Q.shape[1] != shape.size or (Q.size and Q.dtype.kind not in "iu"):
+            raise ValueError(
+                f"objects must be an integer array of shape (n_questions, {shape.size}) "
+                f"for a {shape.type}, got {Q.dtype} of shape {Q.shape}"
+            )
+        Q = Q.astype(np.intp)
+        if Q.size and (Q.min() < 0 or Q.max() >= self.n_objects):
+            raise ValueError(f"objects holds an index out of range for {self.n_objects} objects")
+        ordered = np.sort(Q, axis=1)
+        if np.any(ordered[:, 1:] == ordered[:, :-1]):
+            raise ValueError("objects repeats an object within a question")
+        m, rng = len(Q), self._rng
+        self.n_asks += m
+        if shape.type == "odd_one_out":
+            # pair t leaves out object 2 - t: (0, 1) -> 2, (0, 2) -> 1, (1, 2) -> 0
+            D = np.stack(
+                [self._paired(Q[:, i], Q[:, j]) for i, j in ((0, 1), (0, 2), (1, 2))], axis=1
+            )
+            closest = np.lexsort((rng.random(D.shape), D), axis=-1)[:, 0]
+            odd = 2 - closest
+            flip = rng.random(m) < self.noise
+            odd[flip] = (odd[flip] + rng.integers(1, 3, size=int(flip.sum()))) % 3
+            return Q[np.arange(m), odd]
+        anchors, candidates = Q[:, 0], Q[:, 1:]
+        n, k = candidates.shape[1], shape.k
+        D = self._paired(np.repeat(anchors, n), candidates.ravel()).reshape(m, n)
+        picked = np.lexsort((rng.random(D.shape), D), axis=-1)[:, :k]
+        flip = np.flatnonzero(rng.random(m) < self.noise)
+        while flip.size:  # another ordered choice, uniform by rejection of the true one
+            draw = np.argsort(rng.random((flip.size, n)), axis=1)[:, :k]
+            same = np.all(draw == picked[flip], axis=1)
+            picked[flip[~same]] = draw[~same]
+            flip = flip[same]
+        chosen = np.take_along_axis(candidates, picked, axis=1)
+        return chosen[:, 0] if shape.type == "triplet" else chosen
 
 
 def make_oracle(

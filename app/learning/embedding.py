@@ -83,6 +83,9 @@ class SOE(_OrdinalEmbedding):
     n_iter_ : int
         L-BFGS-B iterations of the kept restart.
     n_objects_ : int
+    likelihood_ : {"triplets", "shape"}
+        The likelihood of the last fit: the triplet loss (``fit``, or ``fit_answers`` on
+        implied triplets) or the answers' own (``fit_answers``, :class:`TSTE` only).
 
     Notes
     -----
@@ -171,6 +174,15 @@ class TSTE(_OrdinalEmbedding):
     0.83 where cblearn's longer runs found 0.88 (``bench/results/embedding.txt``);
     raise ``n_init`` when that matters.
 
+    ``fit_answers`` also fits odd-one-out and ranked-grid answers by their own
+    likelihoods with the same kernel as the similarity: the odd one out of three is the
+    object left when the most similar pair stays, a softmax over the three pairs' log
+    kernels (Eq. (1) of [2]_ with the t-kernel for ``exp(x_i . x_j)``); a grid's k
+    choices are successive softmaxes over the candidates not yet chosen, the
+    Plackett–Luce likelihood of [3]_ (their Eq. (2), with the t-kernel for their
+    exponential similarity). On a plain triplet both reduce to t-STE's
+    :math:`p_{abc}` above.
+
     Parameters
     ----------
     n_components : int, default=2
@@ -186,7 +198,7 @@ class TSTE(_OrdinalEmbedding):
 
     Attributes
     ----------
-    embedding_, loss_, n_iter_, n_objects_
+    embedding_, loss_, n_iter_, n_objects_, likelihood_
         As in :class:`SOE`.
 
     Notes
@@ -203,6 +215,10 @@ class TSTE(_OrdinalEmbedding):
     ----------
     .. [1] van der Maaten & Weinberger (2012). Stochastic triplet embedding.
        IEEE MLSP.
+    .. [2] Zheng, Pereira, Baker & Hebart (2019). Revealing interpretable object
+       representations from human behavior. ICLR.
+    .. [3] Roads & Mozer (2019). Obtaining psychological embeddings through joint
+       kernel and metric learning. Behavior Research Methods 51.
     """
 
     _parameter_constraints: ClassVar[dict[str, list[Any]]] = {
@@ -229,6 +245,15 @@ class TSTE(_OrdinalEmbedding):
         self.tol = tol
         self.n_init = n_init
         self.random_state = random_state
+
+    _shape_similarity = "distance"
+
+    def _log_kernel(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # The Student-t kernel of van der Maaten & Weinberger (2012) as the similarity of
+        # the shape likelihoods: log k(s) = -(alpha+1)/2 log(1 + s/alpha), s = ||x_p - x_q||^2
+        alpha = self._dof()
+        power = (alpha + 1.0) / 2.0
+        return -power * np.log1p(v / alpha), -power / (alpha + v)
 
     def _dof(self) -> float:
         return float(max(self.n_components - 1, 1) if self.alpha is None else self.alpha)
@@ -281,7 +306,7 @@ class CKL(_OrdinalEmbedding):
 
     Attributes
     ----------
-    embedding_, loss_, n_iter_, n_objects_
+    embedding_, loss_, n_iter_, n_objects_, likelihood_
         As in :class:`SOE`; ``embedding_`` is centred with mean squared norm 1.
 
     Notes
@@ -376,7 +401,7 @@ class GNMDS(_OrdinalEmbedding):
 
     Attributes
     ----------
-    embedding_, loss_, n_iter_, n_objects_
+    embedding_, loss_, n_iter_, n_objects_, likelihood_
         As in :class:`SOE`.
 
     Notes
