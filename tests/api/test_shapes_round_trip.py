@@ -101,6 +101,13 @@ def test_a_shaped_study_end_to_end(client, auth_headers, study, db, shape):
             assert again[0] == first_shown[0]
     assert all(row.consistent is not None for row in rows if row.query_id in
                {r.id for r in repeats})  # fmt: skip
+    listing = client.get("/api/projects/shaped/participants", headers=auth_headers).json()
+    by_shape = listing["data"][0]["position_bias_by_shape"]
+    label = f"{expected.n}-rank-{expected.k}" if expected.type == "rank" else expected.type
+    assert by_shape[label]["answers"] == 12
+    assert 0 <= by_shape[label]["position_bias"] <= 1
+    if expected.type == "rank":  # the first pick is always the first candidate shown
+        assert by_shape[label]["position_bias"] == 1
     questions = db.scalars(select(Question)).all()
     for question in questions:
         objects = listed(question.objects)
