@@ -369,12 +369,11 @@ def _shown(question: str, swap: str) -> str:
 
 def _shown_all(question: str, keys: str) -> str:
     """A shaped question's ``objects`` in the order shown (a JSON list; NULL for a triplet
-    or a pair), from the sort keys ``keys`` (a JSON list): ``app.active.rules.shown_order``
-    in SQL (PostgreSQL)."""
+    or a pair), from the sort keys ``keys`` (``NextQuestion.order``: one digit per object):
+    ``app.active.rules.shown_order`` in SQL (PostgreSQL)."""
     return f"""(SELECT json_agg(listed.value ORDER BY
-            CASE WHEN {question}.kind = 'rank' AND listed.ord = 1 THEN -1
-                 ELSE CAST(CAST({keys} AS JSON) ->> CAST(listed.ord - 1 AS INTEGER) AS INTEGER)
-            END)
+            CASE WHEN {question}.kind = 'rank' AND listed.ord = 1 THEN '-'
+                 ELSE substr({keys}, CAST(listed.ord AS INTEGER), 1) END)
         FROM json_array_elements({question}.objects) WITH ORDINALITY AS listed(value, ord))"""
 
 
