@@ -84,7 +84,8 @@ def reader_view(db: Session, slug: str) -> dict:
 def test_a_reader_during_an_import_sees_none_of_its_rows(sessions, chunked):  # type: ignore[no-untyped-def]
     writer, reader, project = sessions
     nothing = reader_view(reader, project.slug)
-    assert nothing["listed"] == 5 and nothing["counted"] == {"triplet": 0, "pair": 0}
+    none = {"triplet": 0, "pair": 0, "odd_one_out": 0, "rank": 0}
+    assert nothing["listed"] == 5 and nothing["counted"] == none
 
     rows = [ObjectCreate(name=f"new {i}").model_dump() for i in range(10)]
     steps = objects.import_objects(writer, project, rows)
@@ -104,7 +105,7 @@ def test_a_reader_during_an_import_sees_none_of_its_rows(sessions, chunked):  # 
     assert reader_view(reader, project.slug) == after
     assert imports.run(steps) == (8, 2)
     done = reader_view(reader, project.slug)
-    assert done["counted"] == {"triplet": 8, "pair": 2}
+    assert done["counted"] == {"triplet": 8, "pair": 2, "odd_one_out": 0, "rank": 0}
     assert (done["training triplets"], done["training pairs"], done["exported"]) == (8, 2, 10)
     assert done["triplets.npy"] == 8
     assert reader.scalar(select(func.count()).select_from(Import)) == 0
