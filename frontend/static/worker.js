@@ -435,6 +435,7 @@
     grid.dataset.n = String(n);
     grid.setAttribute("role", "group");
     grid.setAttribute("aria-label", `${n} candidates`);
+    grid.setAttribute("aria-describedby", "rank-hint");
     objects.slice(1).forEach((obj, i) => {
       const slot = String(i + 1);
       const tile = card("button", obj, slot, "");
@@ -446,7 +447,6 @@
       button.dataset.describe = describe(obj);
       button.setAttribute("aria-pressed", "false");
       button.setAttribute("aria-label", rankLabel(button, 0));
-      button.setAttribute("aria-describedby", "rank-hint");
       if (n <= 9) button.appendChild(keyHint(slot));
       const badge = document.createElement("span");
       badge.className = "rank-badge";
@@ -568,7 +568,10 @@
     section.dataset.kind = query.kind;
     section.dataset.token = query.token;
     showScreen("question");
-    if (slot) {
+    if (slot === "submit") {
+      // A grid was just sent: start the next one from its question, not from its Submit.
+      section.focus({ preventScroll: true });
+    } else if (slot) {
       const same = section.querySelector(`[data-slot="${slot}"]`);
       if (same) same.focus({ preventScroll: true });
     }
