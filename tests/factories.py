@@ -87,9 +87,13 @@ def next_query(client: TestClient, session_id: str, headers: dict[str, str]) -> 
     return response.json()
 
 
-def first_choice(query: dict) -> int:
-    """A valid choice: the left candidate of a triplet, 'about the same' for a pair."""
-    return query["objects"][1]["index"] if query["kind"] == "triplet" else 0
+def first_choice(query: dict) -> int | list[int]:
+    """A valid choice: the left candidate of a triplet, 'about the same' for a pair, the
+    first of an odd-one-out's three, a ranked grid's first ``k`` candidates as shown."""
+    indices = [o["index"] for o in query["objects"]]
+    if query["kind"] == "rank":
+        return indices[1 : 1 + query["k"]]
+    return {"triplet": indices[1], "odd_one_out": indices[0]}.get(query["kind"], 0)
 
 
 def answer(
@@ -97,7 +101,7 @@ def answer(
     session_id: str,
     headers: dict[str, str],
     token: str,
-    choice: int,
+    choice: int | list[int],
     ms: float = 900,
 ):  # type: ignore[no-untyped-def]
     return client.post(

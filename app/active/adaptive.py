@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from app.active.base import Param, Proposal, Strategy, check_only, step_rng
+from app.active.base import Param, Proposal, ShapeError, Strategy, check_only, step_rng
 from app.active.scoring import (
     CRITERIA,
     PAIR_CRITERIA,
@@ -23,6 +23,7 @@ from app.active.scoring import (
     rank_kernel_triplets,
     rank_pairs,
 )
+from app.learning.shapes import Shape
 
 EMBEDDING_METHODS = ("soe", "tste", "ckl", "gnmds")
 KINDS = ("embedding", "k1", "k2", "pairs")
@@ -70,6 +71,7 @@ class AdaptiveTriplets(Strategy):
     """
 
     kind = "adaptive"
+    shapes = ("triplet", "odd_one_out", "rank")
     declared = (
         Param(
             "kind", "choice", "What it follows: an embedding model, the k1 / k2 triplet "
@@ -92,8 +94,10 @@ class AdaptiveTriplets(Strategy):
         Param("seed", "int", "Varies the draws.", 0, 0, 2**31 - 1),
     )  # fmt: skip
 
-    def __init__(self, n_objects: int, params: Mapping[str, Any], seed: int) -> None:
-        super().__init__(n_objects, params, seed)
+    def __init__(
+        self, n_objects: int, params: Mapping[str, Any], seed: int, shape: Shape | None = None
+    ) -> None:
+        super().__init__(n_objects, params, seed, shape)
         check_only(params, self.param_names(), self.kind)
         self.variant = params.get("kind", "embedding")
         if self.variant not in KINDS:
@@ -113,6 +117,8 @@ class AdaptiveTriplets(Strategy):
                 f"model must be one of {', '.join(RANKING_MODELS)}, got {self.ranking_model!r}"
             )
 
+        if self.variant == "pairs" and self.shape.type != "triplet":
+            raise ShapeError(f"adaptive kind 'pairs' asks pairs, not {self.shape.type} questions")
         scores = PAIR_CRITERIA if self.variant == "pairs" else SCORES
         self.score = params.get("score", scores[0])
         if self.score not in scores:
@@ -180,12 +186,28 @@ class AdaptiveTriplets(Strategy):
         if rng.random() >= self.explore and cursor < len(batch):
             state["next"] = cursor + 1
             kind = "pair" if self.variant == "pairs" else "triplet"
+            if kind == "triplet" and self.shape.type != "triplet":
+                return self._around(rng, batch[cursor])
             return Proposal(kind, tuple(batch[cursor]), self.kind, ref={"scored": 1})
+        if self.shape.type != "triplet":
+            objects = rng.choice(self.n_objects, self.shape.size, replace=False)
+            return Proposal.shaped(self.shape, objects, self.kind)
         if self.variant == "pairs":
             left, right = rng.choice(self.n_objects, 2, replace=False)
             return Proposal("pair", (int(left), int(right)), self.kind)
         anchor, first, second = rng.choice(self.n_objects, 3, replace=False)
         return Proposal("triplet", (int(anchor), int(first), int(second)), self.kind)
+
+    def _around(self, rng: np.random.Generator, row: list[int]) -> Proposal:
+        """A question of the plan's shape around the scored triplet ``row``: its three
+        objects asked as an odd-one-out, or a ranked grid of its anchor whose candidates
+        are its two and ``n - 2`` others drawn at random (grids chosen by their expected
+        information are ``app.active.grid_information``'s, to come)."""
+        if self.shape.type == "rank":
+            rest = np.setdiff1d(np.arange(self.n_objects), row)
+            others = rng.choice(rest, self.shape.n - 2, replace=False)
+            row = [*row, *(int(o) for o in others)]
+        return Proposal.shaped(self.shape, row, self.kind, ref={"scored": 1})
 
     # ------------------------------------------------------------ scoring, ahead of demand
     def next_anchors(self, state: Mapping[str, Any], count: int) -> tuple[np.ndarray, int]:

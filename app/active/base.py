@@ -15,15 +15,21 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from app.learning.shapes import Shape
+
 
 @dataclass(frozen=True)
 class Proposal:
     """A question a strategy wants answered.
 
-    ``objects`` lists the anchor first, then the two candidates (triplet), or the two
-    objects (pair). ``gold_choice`` is the known right answer of a gold question (an
-    object index for a triplet). ``ref`` is the strategy's own note, handed back to it
-    with the answer.
+    ``kind`` is the question's shape type (``app.learning.shapes``). ``objects`` lists the
+    anchor first, then the two candidates (triplet), or the two objects (pair); the three
+    objects in increasing order (odd_one_out); the anchor, then the candidates in
+    increasing order (rank, ``k`` picks asked): a shaped question's objects are stored in
+    this canonical form, and shown in an order drawn per query. ``gold_choice`` is the known
+    right answer of a gold question (an object index: a triplet's near candidate, an
+    odd-one-out's odd object, a ranked grid's first pick). ``ref`` is the strategy's own
+    note, handed back to it with the answer.
     """
 
     kind: str
@@ -31,17 +37,59 @@ class Proposal:
     strategy: str
     gold_choice: int | None = None
     ref: dict[str, Any] = field(default_factory=dict)
+    k: int | None = None
+
+    @classmethod
+    def shaped(
+        cls,
+        shape: Shape,
+        objects: Sequence[int],
+        strategy: str,
+        gold_choice: int | None = None,
+        ref: dict[str, Any] | None = None,
+    ) -> Proposal:
+        """A question of ``shape`` over ``objects`` (the anchor first for a triplet or a
+        ranked grid), its objects put in canonical form."""
+        objects = tuple(int(o) for o in objects)
+        if len(objects) != shape.size:
+            raise ValueError(f"a {shape.type} question shows {shape.size} objects")
+        k = None
+        if shape.type == "odd_one_out":
+            objects = tuple(sorted(objects))
+        elif shape.type == "rank":
+            objects = (objects[0], *sorted(objects[1:]))
+            k = shape.k
+        return cls(shape.type, objects, strategy, gold_choice, ref or {}, k)
+
+    @property
+    def shape(self) -> Shape:
+        return (
+            Shape("rank", len(self.objects) - 1, self.k or 1)
+            if self.kind == "rank"
+            else (Shape(self.kind))
+        )
 
     @property
     def key(self) -> str:
-        """The question's identity, the same in either orientation of its candidates."""
+        """The question's identity, the same in any order its objects are shown:
+        ``t:anchor:low:high`` (triplet), ``p:low:high`` (pair), ``o:i:j:k`` (odd_one_out),
+        ``r{k}:anchor:candidates…`` (rank); a gold question's starts with ``g``."""
+        gold = "g" if self.gold_choice is not None else ""
         if self.kind == "triplet":
             anchor, first, second = self.objects
             low, high = sorted((first, second))
-            prefix = "g" if self.gold_choice is not None else "t"
-            return f"{prefix}:{anchor}:{low}:{high}"
+            return f"{gold or 't'}:{anchor}:{low}:{high}"
+        if self.kind == "odd_one_out":
+            return f"{gold}o:" + ":".join(str(o) for o in sorted(self.objects))
+        if self.kind == "rank":
+            anchor, *candidates = self.objects
+            return f"{gold}r{self.k}:{anchor}:" + ":".join(str(o) for o in sorted(candidates))
         low, high = sorted(self.objects)
         return f"p:{low}:{high}"
+
+
+class ShapeError(ValueError):
+    """A strategy cannot ask questions of the shape it was given (the plan's ``shape``)."""
 
 
 def step_rng(seed: int, step: int) -> np.random.Generator:
@@ -90,6 +138,8 @@ class Strategy(ABC):
     redundant: ClassVar[bool] = True
     #: the ``params`` it accepts (see :class:`Param`)
     declared: ClassVar[tuple[Param, ...]] = ()
+    #: the question shapes it can ask (a plan's ``shape``; ``app.learning.shapes``)
+    shapes: ClassVar[tuple[str, ...]] = ("triplet",)
 
     @classmethod
     def param_names(cls) -> set[str]:
@@ -104,13 +154,30 @@ class Strategy(ABC):
             "kind": cls.kind,
             "description": " ".join(doc.split()),
             "redundant": cls.redundant,
+            "shapes": list(cls.shapes),
             "params": [param.as_dict() for param in cls.declared],
         }
 
-    def __init__(self, n_objects: int, params: Mapping[str, Any], seed: int) -> None:
+    def __init__(
+        self, n_objects: int, params: Mapping[str, Any], seed: int, shape: Shape | None = None
+    ) -> None:
         self.n_objects = n_objects
         self.params = dict(params)
         self.seed = seed
+        self.shape = shape or Shape()
+        if self.shape.type not in self.shapes:
+            raise ShapeError(
+                f"strategy {self.kind!r} asks {' or '.join(self.shapes)} questions, "
+                f"not {self.shape.type}"
+                if len(self.shapes) > 1
+                else f"strategy {self.kind!r} takes no shape (its questions are its own), "
+                f"got {self.shape.type}"
+            )
+        if self.shape.type not in ("triplet", "pair") and self.shape.size > n_objects:
+            raise ShapeError(
+                f"a {self.shape.type} question shows {self.shape.size} objects, "
+                f"the project has {n_objects}"
+            )
 
     @abstractmethod
     def propose(self, state: dict[str, Any], step: int) -> Proposal | None:

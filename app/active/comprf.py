@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from app.active.base import Param, Proposal, Strategy, check_only
+from app.learning.shapes import Shape
 
 FORMAT = 1
 MAX_TREES = 500
@@ -436,8 +437,10 @@ class ComparisonForestStrategy(Strategy):
         Param("seed", "int", "The trees' seed (default: the plan's).", None, 0, 2**31 - 1),
     )  # the form's declaration of PARAMS (plan builder, GET /api/strategies)
 
-    def __init__(self, n_objects: int, params: Mapping[str, Any], seed: int) -> None:
-        super().__init__(n_objects, params, seed)
+    def __init__(
+        self, n_objects: int, params: Mapping[str, Any], seed: int, shape: Shape | None = None
+    ) -> None:
+        super().__init__(n_objects, params, seed, shape)
         self.forest_params = ForestParams.parse(params, seed)
         if n_objects < 3:
             raise ValueError(f"comprf needs at least 3 objects, the project has {n_objects}")

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from app.active.base import Param, Proposal, Strategy, check_only, step_rng
+from app.learning.shapes import Shape
 
 
 class GoldQuestions(Strategy):
@@ -20,6 +21,7 @@ class GoldQuestions(Strategy):
 
     kind = "gold"
     redundant = False
+    shapes = ("triplet", "odd_one_out", "rank")
     declared = (
         Param(
             "triplets", "triplets", "Gold questions [a, b, c]: a is known to be closer to b "
@@ -27,10 +29,17 @@ class GoldQuestions(Strategy):
         ),
     )  # fmt: skip
 
-    def __init__(self, n_objects: int, params: dict[str, Any], seed: int) -> None:
-        super().__init__(n_objects, params, seed)
+    def __init__(
+        self, n_objects: int, params: dict[str, Any], seed: int, shape: Shape | None = None
+    ) -> None:
+        super().__init__(n_objects, params, seed, shape)
         check_only(params, self.param_names(), self.kind)
         self.triplets = None
+        if "triplets" in params and self.shape.type != "triplet":
+            raise ValueError(
+                f"gold 'triplets' are asked as triplets, not as {self.shape.type} questions: "
+                "leave out the shape, or the triplets for identity checks"
+            )
         if "triplets" in params:
             triplets = np.asarray(params["triplets"])
             if triplets.ndim != 2 or triplets.shape[1] != 3 or triplets.dtype.kind not in "iu":
@@ -43,16 +52,30 @@ class GoldQuestions(Strategy):
             if np.any(rows[:, 1:] == rows[:, :-1]):
                 raise ValueError("each gold triplet must name three distinct objects")
             self.triplets = triplets
-        elif n_objects < 2:
-            raise ValueError("identity checks need at least 2 objects")
+        elif n_objects < max(2, self.shape.size - 1):
+            raise ValueError(f"identity checks need at least {max(2, self.shape.size - 1)} objects")
 
     def propose(self, state: dict[str, Any], step: int) -> Proposal:
         rng = step_rng(self.seed, step)
         if self.triplets is not None:
             anchor, near, far = self.triplets[rng.integers(len(self.triplets))]
             return Proposal("triplet", (int(anchor), int(near), int(far)), self.kind, int(near))
+        if self.shape.type != "triplet":
+            return self._identity(rng)
         anchor, other = rng.choice(self.n_objects, 2, replace=False)
         return Proposal(
             "triplet", (int(anchor), int(anchor), int(other)), self.kind, int(anchor),
             ref={"identity": True},
         )  # fmt: skip
+
+    def _identity(self, rng: np.random.Generator) -> Proposal:
+        """An identity check of the shape: an odd-one-out shows an object twice beside
+        another (the other is odd); a ranked grid has the anchor's duplicate among its
+        candidates (the duplicate is the right first pick)."""
+        if self.shape.type == "odd_one_out":
+            same, odd = (int(o) for o in rng.choice(self.n_objects, 2, replace=False))
+            return Proposal.shaped(self.shape, (same, same, odd), self.kind, odd,
+                                   ref={"identity": True})  # fmt: skip
+        anchor, *others = (int(o) for o in rng.choice(self.n_objects, self.shape.n, replace=False))
+        return Proposal.shaped(self.shape, (anchor, anchor, *others), self.kind, anchor,
+                               ref={"identity": True})  # fmt: skip

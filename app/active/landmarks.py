@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from app.active.base import Param, Proposal, Strategy, check_indices, check_only, step_rng
+from app.learning.shapes import Shape
 
 
 class LandmarkTriplets(Strategy):
@@ -23,6 +24,7 @@ class LandmarkTriplets(Strategy):
     """
 
     design = "k1"
+    shapes = ("triplet", "odd_one_out", "rank")
     declared = (
         Param(
             "n_landmarks", "int", "Landmarks drawn at random from the seed (default: "
@@ -31,8 +33,10 @@ class LandmarkTriplets(Strategy):
         Param("landmarks", "indices", "The landmarks' object indices (instead of n_landmarks)."),
     )  # fmt: skip
 
-    def __init__(self, n_objects: int, params: dict[str, Any], seed: int) -> None:
-        super().__init__(n_objects, params, seed)
+    def __init__(
+        self, n_objects: int, params: dict[str, Any], seed: int, shape: Shape | None = None
+    ) -> None:
+        super().__init__(n_objects, params, seed, shape)
         check_only(params, self.param_names(), self.kind)
         if "landmarks" in params and "n_landmarks" in params:
             raise ValueError("give either 'landmarks' or 'n_landmarks', not both")
@@ -51,9 +55,19 @@ class LandmarkTriplets(Strategy):
             raise ValueError(f"the {self.design} design needs at least 2 landmarks")
         if n_objects < 3:
             raise ValueError(f"the {self.design} design needs at least 3 objects")
+        # A ranked grid's candidates are landmarks (k1: all of them, not the anchor; k2: all
+        # but one object, beside a landmark as the anchor).
+        wanted = self.shape.size
+        if self.shape.type == "rank" and len(self.landmarks) < wanted:
+            raise ValueError(
+                f"a {self.shape.type} question of the {self.design} design needs at least "
+                f"{wanted} landmarks, got {len(self.landmarks)}"
+            )
 
     def propose(self, state: dict[str, Any], step: int) -> Proposal:
         rng = step_rng(self.seed, step)
+        if self.shape.type == "rank":
+            return self._grid(rng)
         if self.design == "k1":
             anchor = int(rng.integers(self.n_objects))
             others = self.landmarks[self.landmarks != anchor]
@@ -65,7 +79,29 @@ class LandmarkTriplets(Strategy):
             for taken in sorted((int(anchor), int(second))):
                 first += first >= taken
         objects = (int(anchor), int(first), int(second))
+        if self.shape.type == "odd_one_out":  # the same three objects, asked which is odd
+            return Proposal.shaped(self.shape, objects, self.kind, ref={"design": self.design})
         return Proposal("triplet", objects, self.kind, ref={"design": self.design})
+
+    def _grid(self, rng: np.random.Generator) -> Proposal:
+        """A ranked grid: k1, any anchor and ``n`` landmarks as the candidates; k2, a landmark
+        as the anchor, one other object and ``n - 1`` other landmarks as the candidates."""
+        n = self.shape.n
+        if self.design == "k1":
+            anchor = int(rng.integers(self.n_objects))
+            candidates = rng.choice(self.landmarks[self.landmarks != anchor], n, replace=False)
+        else:
+            anchor, *others = rng.choice(self.landmarks, n, replace=False)
+            taken = np.array([anchor, *others])
+            rest = np.setdiff1d(np.arange(self.n_objects), taken)
+            extra = (
+                rest[rng.integers(len(rest))]
+                if len(rest)
+                else rng.choice(np.setdiff1d(self.landmarks, taken))
+            )
+            candidates = [*others, int(extra)]
+        objects = (int(anchor), *(int(c) for c in candidates))
+        return Proposal.shaped(self.shape, objects, self.kind, ref={"design": self.design})
 
 
 class LandmarkK1(LandmarkTriplets):

@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 
 from app.active.adaptive import AdaptiveTriplets
-from app.active.base import Proposal, Strategy, step_rng
+from app.active.base import Proposal, ShapeError, Strategy, step_rng
 from app.active.comprf import ComparisonForestStrategy
 from app.active.gold import GoldQuestions
 from app.active.landmarks import LandmarkK1, LandmarkK2
 from app.active.passive import RandomPairs, RandomTriplets
+from app.learning.shapes import Shape
 
 STRATEGIES: dict[str, type[Strategy]] = {
     cls.kind: cls
@@ -68,7 +69,7 @@ class Planner:
 
     Parameters
     ----------
-    strategies : list of mappings ``{"kind", "weight", "budget"?, "params"?}``
+    strategies : list of mappings ``{"kind", "weight", "budget"?, "params"?, "shape"?}``
         ``budget`` caps how many distinct questions the strategy creates; a strategy at
         its budget stops, and when all have stopped the plan is exhausted.
     n_objects : int
@@ -103,10 +104,19 @@ class Planner:
                     ("strategies", position, "kind"),
                 )
             try:
+                given = {k: v for k, v in (spec.get("shape") or {}).items() if v is not None}
+                shape = Shape.of(given or None)
+            except (ValueError, TypeError) as error:
+                loc = ("strategies", position, "shape")
+                raise StrategyError(f"strategy {position} ({kind}): {error}", loc) from error
+            try:
                 strategy = STRATEGIES[kind](
-                    n_objects, spec.get("params") or {}, stream_seed(seed, position)
+                    n_objects, spec.get("params") or {}, stream_seed(seed, position), shape
                 )
-            except ValueError as error:
+            except ShapeError as error:
+                loc = ("strategies", position, "shape")
+                raise StrategyError(f"strategy {position} ({kind}): {error}", loc) from error
+            except (ValueError, TypeError) as error:
                 param = _blamed_param(str(error), STRATEGIES[kind].param_names())
                 loc = ("strategies", position, *(("params", param) if param else ()))
                 raise StrategyError(f"strategy {position} ({kind}): {error}", loc) from error
@@ -114,10 +124,14 @@ class Planner:
         gold = [p.strategy for p in self.planned if p.strategy.kind == "gold"]
         self.gold_source: Strategy | None = None
         if gold_rate > 0:
+            # Without a gold strategy: identity checks in the shape of the plan's first
+            # shaped strategy (triplets if none is shaped).
+            shaped = [p.strategy.shape for p in self.planned if p.strategy.shape.type
+                      not in ("triplet", "pair")]  # fmt: skip
             self.gold_source = (
                 gold[0]
                 if gold
-                else GoldQuestions(n_objects, {}, stream_seed(seed, len(self.planned)))
+                else GoldQuestions(n_objects, {}, stream_seed(seed, len(self.planned)), *shaped[:1])
             )
 
     def initial_state(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -21,6 +22,8 @@ MIN_ANSWERS_BEFORE_REPEAT = 3  # a session is never asked a repeat before this m
 REVIEW_EVERY = 5  # the participant's quality is reviewed after every 5th answer of a session
 REPEAT_WINDOW = 256  # a repeat is one of the session's last 256 answered questions
 DRAW_RANGE = 2**31  # a repeat's pick: 0 <= draw < DRAW_RANGE, the same arithmetic in SQL
+MOST_SHOWN = 10  # objects a question shows at most (a ranked grid: the anchor and 9)
+SHAPED = ("odd_one_out", "rank")  # the kinds whose objects are listed and shown shuffled
 
 
 class Draws:
@@ -81,19 +84,61 @@ def next_question(
     return NextQuestion(done=False, repeat_draw=repeat_draw, swap=rng.random() < 0.5)
 
 
-def shown_order(kind: str, o1: int, o2: int, o3: int | None, swap: bool) -> tuple[int, ...]:
+def shuffle(seed: int, session_id: str, answered: int) -> tuple[int, ...]:
+    """The sort keys of a shaped question's objects for the session's question after
+    ``answered`` answers: a permutation of ``range(MOST_SHOWN)``, drawn like :class:`Draws`
+    (its own hash), so a replay shows the same order. Object ``i`` of the question's
+    canonical list sorts by key ``i`` (see :func:`shown_order`)."""
+    session_number = int(session_id.replace("-", "")[:8], 16)
+    key = struct.pack("<3q", seed, session_number, answered)
+    digest = hashlib.blake2b(key, digest_size=2 * MOST_SHOWN, person=b"tripletlab-order").digest()
+    words = struct.unpack(f"<{MOST_SHOWN}H", digest)
+    ranks = sorted(range(MOST_SHOWN), key=lambda i: (words[i], i))
+    keys = [0] * MOST_SHOWN
+    for rank, i in enumerate(ranks):
+        keys[i] = rank
+    return tuple(keys)
+
+
+def shown_order(
+    kind: str,
+    o1: int,
+    o2: int,
+    o3: int | None,
+    swap: bool,
+    objects: Sequence[int] | None = None,
+    keys: Sequence[int] = (),
+) -> tuple[int, ...]:
     """The objects in the order shown: a triplet's anchor first and its candidates swapped
-    or not; a pair swapped or not."""
+    or not; a pair swapped or not; an odd-one-out's three (``objects``) sorted by their
+    ``keys`` (:func:`shuffle`), a ranked grid's anchor first and its candidates so sorted."""
+    if kind in SHAPED:
+        assert objects is not None
+        fixed = 1 if kind == "rank" else 0
+        rest = sorted(range(fixed, len(objects)), key=lambda i: keys[i])
+        return (*objects[:fixed], *(objects[i] for i in rest))
     if kind == "triplet":
         return (o1, o3, o2) if swap else (o1, o2, o3)  # type: ignore[return-value]
     return (o2, o1) if swap else (o1, o2)
 
 
 def repeat_order(
-    kind: str, o1: int, o2: int, shown_o2: int, shown_o3: int | None, swap: bool
+    kind: str,
+    o1: int,
+    o2: int,
+    shown_o2: int,
+    shown_o3: int | None,
+    swap: bool,
+    shown: Sequence[int] | None = None,
 ) -> tuple[int, ...]:
     """The objects of a repeat in the order shown: a triplet mirrored (its candidates in the
-    other order than first shown), a pair in the order ``swap`` draws."""
+    other order than first shown), a pair in the order ``swap`` draws; an odd-one-out's or
+    a ranked grid's objects as first ``shown``, the anchor kept first and the rest reversed
+    (always another order)."""
+    if kind in SHAPED:
+        assert shown is not None
+        fixed = 1 if kind == "rank" else 0
+        return (*shown[:fixed], *reversed(shown[fixed:]))
     if kind == "triplet":
         return (o1, shown_o3, shown_o2)  # type: ignore[return-value]
     return (o2, o1) if swap else (o1, o2)

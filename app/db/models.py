@@ -208,10 +208,14 @@ class Question(Base):
     project_id: Mapped[int] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"))
     # The same in either orientation: "t:anchor:low:high", "p:low:high", "g:…" (gold).
     key: Mapped[str] = mapped_column(String(80))
-    kind: Mapped[str] = mapped_column(String(10))  # triplet | pair
+    kind: Mapped[str] = mapped_column(String(12))  # triplet | pair | odd_one_out | rank
+    # The first three objects (a shaped question's first three of ``objects``).
     o1: Mapped[int] = mapped_column(Integer)
     o2: Mapped[int] = mapped_column(Integer)
     o3: Mapped[int | None] = mapped_column(Integer)
+    # odd_one_out, rank: every object, canonical (app.active.base.Proposal); NULL otherwise.
+    objects: Mapped[list[Any] | None] = mapped_column(JSON)
+    k: Mapped[int | None] = mapped_column(SmallInteger)  # rank: the picks asked
     strategy: Mapped[str] = mapped_column(String(40))
     strategy_position: Mapped[int] = mapped_column(Integer)
     strategy_ref: Mapped[dict[str, Any] | None] = mapped_column(JSON)
@@ -247,11 +251,14 @@ class Query(Base):
     question_id: Mapped[int] = mapped_column(ForeignKey("questions.id", ondelete="CASCADE"))
     session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
     participant_id: Mapped[int] = mapped_column(ForeignKey("participants.id", ondelete="CASCADE"))
-    kind: Mapped[str] = mapped_column(String(10))  # triplet | pair
-    # Objects in the order shown: anchor, left, right (triplet) or left, right (pair).
+    kind: Mapped[str] = mapped_column(String(12))  # triplet | pair | odd_one_out | rank
+    # Objects in the order shown: anchor, left, right (triplet) or left, right (pair); the
+    # first three shown of a shaped question, whose ``objects`` lists them all as shown.
     o1: Mapped[int] = mapped_column(Integer)
     o2: Mapped[int] = mapped_column(Integer)
     o3: Mapped[int | None] = mapped_column(Integer)
+    objects: Mapped[list[Any] | None] = mapped_column(JSON)
+    k: Mapped[int | None] = mapped_column(SmallInteger)
     status: Mapped[str] = mapped_column(String(10), default="issued")  # issued|answered|expired
     is_repeat: Mapped[bool] = mapped_column(Boolean, default=False)
     token: Mapped[str] = mapped_column(String(64), unique=True)
@@ -279,14 +286,20 @@ class Answer(Base):
     query_id: Mapped[int | None] = mapped_column(
         ForeignKey("queries.id", ondelete="SET NULL"), unique=True
     )
-    kind: Mapped[str] = mapped_column(String(10))  # triplet | pair
+    kind: Mapped[str] = mapped_column(String(12))  # triplet | pair | odd_one_out | rank
+    # odd_one_out: a, b the two kept (as shown), c the odd one; rank: a the anchor, b the
+    # first pick, c NULL (``objects`` as shown and ``choices`` in order say the rest).
     a: Mapped[int] = mapped_column(Integer)
     b: Mapped[int] = mapped_column(Integer)
     c: Mapped[int | None] = mapped_column(Integer)
     outcome: Mapped[int | None] = mapped_column(SmallInteger)
-    # Which shown position the worker chose: -1 left, 0 middle ("same"), 1 right.
+    # Which shown position the worker chose: -1 left, 0 middle ("same"), 1 right (an
+    # odd-one-out's three tiles alike); NULL for a ranked grid.
     position: Mapped[int | None] = mapped_column(SmallInteger)
+    # The chosen object (triplet, odd_one_out), the outcome (pair), the first pick (rank).
     choice: Mapped[int | None] = mapped_column(Integer)
+    objects: Mapped[list[Any] | None] = mapped_column(JSON)  # shaped: every object as shown
+    choices: Mapped[list[Any] | None] = mapped_column(JSON)  # rank: the picks in order
     source: Mapped[str] = mapped_column(String(10))  # crowd | import | simulated
     strategy: Mapped[str | None] = mapped_column(String(40))
     # Quality control: right or wrong on a gold question; agreeing with the first answer

@@ -12,6 +12,33 @@ STUDY_STATUSES = ("draft", "running", "paused", "stopped")
 StudyStatus = Literal["draft", "running", "paused", "stopped"]
 
 
+class ShapeSpec(BaseModel):
+    """The shape of a strategy's questions (``app.learning.shapes``): a triplet, an
+    odd-one-out of three, or a ranked grid of an anchor and ``n`` candidates, ``k`` picked
+    in order."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["triplet", "odd_one_out", "rank"] = Field(
+        default="triplet",
+        description="triplet (which of two is closer to the anchor), odd_one_out (which of "
+        "three does not belong) or rank (pick the k of n candidates most similar, in order)",
+    )
+    n: int | None = Field(default=None, ge=3, le=9, description="rank: candidates, 3 … 9.")
+    k: int | None = Field(default=None, ge=1, le=8, description="rank: picks, 1 … n − 1.")
+
+    @model_validator(mode="after")
+    def _complete(self) -> ShapeSpec:
+        if self.type != "rank":
+            if self.n is not None or self.k is not None:
+                raise ValueError(f"only a rank shape takes n and k, not {self.type}")
+        elif self.n is None or self.k is None:
+            raise ValueError("a rank shape needs n (candidates) and k (picks)")
+        elif self.k >= self.n:
+            raise ValueError(f"a rank shape's k must be 1 … n − 1 = {self.n - 1}, got {self.k}")
+        return self
+
+
 class StrategySpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -35,6 +62,11 @@ class StrategySpec(BaseModel):
     )
     params: dict[str, Any] = Field(
         default_factory=dict, description="The strategy's own parameters (see its kind)."
+    )
+    shape: ShapeSpec | None = Field(
+        default=None,
+        description="The shape of its questions (default: triplets; pairs for `pairs`): "
+        "random, landmark_k1, landmark_k2, adaptive and gold ask every shape.",
     )
 
 

@@ -39,6 +39,10 @@ class StrategyPublic(BaseModel):
     kind: str
     description: str
     redundant: bool = Field(description="Whether its questions are asked `redundancy` times.")
+    shapes: list[str] = Field(
+        default_factory=lambda: ["triplet"],
+        description="The question shapes its `shape` may name (triplet: the default).",
+    )
     params: list[StrategyParam]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.schemas.common import Int32
@@ -71,8 +73,12 @@ class ShownObject(BaseModel):
 
 class ShownQuery(BaseModel):
     token: str
-    kind: str
-    objects: list[ShownObject]
+    kind: str = Field(description="triplet, pair, odd_one_out or rank")
+    objects: list[ShownObject] = Field(
+        description="In the order shown: the anchor first (triplet, rank), then the "
+        "candidates; a pair's left and right; an odd-one-out's three"
+    )
+    k: int | None = Field(default=None, description="rank: how many candidates to pick, in order")
     position: int = Field(description="1-based number of this question in the session")
     total: int
 
@@ -109,7 +115,12 @@ class AnswerCreate(BaseModel):
     # A token is what rules.query_token makes (digits, dots, URL-safe base64): one with
     # another character cannot name a query (a NUL byte, say, which PostgreSQL's text refuses).
     token: str = Field(min_length=1, max_length=64, pattern=r"^[0-9A-Za-z._-]+$")
-    choice: Int32
+    choice: Int32 | Annotated[list[Int32], Field(max_length=9)] = Field(
+        description="The chosen object's index (triplet; odd_one_out: the odd one), -1 / 0 / 1 "
+        "(pair: left better, about the same, right better), or the k picked candidates' "
+        "indices in order (rank)",
+        union_mode="left_to_right",
+    )
     client_ms: float | None = Field(default=None, allow_inf_nan=False)
 
 

@@ -31,6 +31,7 @@ from sqlalchemy import Engine, bindparam, delete, exists, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
+from app.active import rules
 from app.active.base import Proposal
 from app.active.planner import Planner
 from app.config import get_settings
@@ -157,7 +158,7 @@ def new_questions(db: Session, project_id: int, batch: list[dict[str, Any]]) -> 
     """Create the questions of ``batch`` (rows of ``round_trip_sql.QUESTION_FIELDS``), in
     its order, open, no place taken; the keys of those created."""
     values = json.dumps(
-        [{name: row[name] for name in round_trip_sql.QUESTION_FIELDS} for row in batch]
+        [{name: row.get(name) for name in round_trip_sql.QUESTION_FIELDS} for row in batch]
     )
     params = {"project": project_id, "rows": values, "now": utcnow()}
     return {row.key for row in rows(db.connection(), round_trip_sql.NEW_QUESTIONS, params)}
@@ -245,6 +246,9 @@ def _question_row(
         "strategy_ref": json.dumps(proposal.ref or None),
         "gold_choice": proposal.gold_choice,
         "wanted": wanted,
+        # A shaped question lists every object (canonical); o1..o3 are its first three.
+        "objects": list(proposal.objects) if proposal.kind in rules.SHAPED else None,
+        "k": proposal.k,
     }
 
 
@@ -330,6 +334,6 @@ def producer(engine: Engine) -> Producer:
 
 def first_open(db: Session, project_id: int, participant_id: int, max_views: int | None) -> Any:
     """The first open question ``participant_id`` may be given (claimed on PostgreSQL), or
-    None: (id, kind, o1, o2, o3)."""
+    None: (id, kind, o1, o2, o3, objects, k)."""
     params = {"project": project_id, "participant": participant_id, "max_views": max_views}
     return first(db.connection(), round_trip_sql.OPEN_QUESTION, params)

@@ -36,9 +36,67 @@ class ParticipantQuality:
     reliability: float | None = None
     reliability_low: float | None = None
     reliability_high: float | None = None
+    #: the position bias of each shape answered (:func:`position_bias`): answers, bias
+    position_bias_by_shape: dict[str, dict[str, float | int | None]] | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def position_bias(counts: dict[int, int], positions: int) -> float | None:
+    """How much one shown position is preferred: ``(max share - 1/m) / (1 - 1/m)`` over the
+    ``m`` positions a choice can take (a triplet's and a pair's left and right, a pair's tie
+    being no side; an odd-one-out's three tiles; a ranked grid's ``n`` candidates, for its
+    first pick), 0 when balanced, 1 when always the same. For a triplet or a pair (m = 2)
+    it is ``|share of left - ½| × 2``, as ``position_bias``."""
+    total = sum(counts.values())
+    if not total or positions < 2:
+        return None
+    share = max(counts.values()) / total
+    return (share - 1 / positions) / (1 - 1 / positions)
+
+
+def _shape_biases(
+    db: Session, project: Project, participant_id: int | None
+) -> dict[int, dict[str, dict[str, float | int | None]]]:
+    """Per participant and shape answered: the answers with a shown position, and their
+    position bias. Triplets, pairs and odd-one-outs are counted by their stored
+    ``position``; a ranked grid's position is its first pick's among the candidates as
+    shown (read from its ``objects`` and ``choices``)."""
+    counts: dict[tuple[int, str], dict[int, int]] = {}
+    sizes: dict[tuple[int, str], int] = {}
+    grouped = (
+        select(Answer.participant_id, Answer.kind, Answer.position, func.count())
+        .where(Answer.project_id == project.id, Answer.participant_id.is_not(None))
+        .where(Answer.position.is_not(None), Answer.kind != "rank")
+        .group_by(Answer.participant_id, Answer.kind, Answer.position)
+    )
+    grids = select(Answer.participant_id, Answer.objects, Answer.choices).where(
+        Answer.project_id == project.id, Answer.participant_id.is_not(None), Answer.kind == "rank"
+    )
+    if participant_id is not None:
+        grouped = grouped.where(Answer.participant_id == participant_id)
+        grids = grids.where(Answer.participant_id == participant_id)
+    for participant, kind, position, n in db.execute(grouped):
+        if kind in ("triplet", "pair") and position not in (-1, 1):
+            continue  # a tie is no side
+        counts.setdefault((participant, kind), {})[position] = n
+        sizes[(participant, kind)] = 3 if kind == "odd_one_out" else 2
+    for participant, objects, choices in db.execute(grids):
+        if not objects or not choices:
+            continue
+        label = f"{len(objects) - 1}-rank-{len(choices)}"
+        at = list(objects[1:]).index(choices[0])
+        found = counts.setdefault((participant, label), {})
+        found[at] = found.get(at, 0) + 1
+        sizes[(participant, label)] = len(objects) - 1
+    result: dict[int, dict[str, dict[str, float | int | None]]] = {}
+    for (participant, label), by_position in counts.items():
+        result.setdefault(participant, {})[label] = {
+            "answers": sum(by_position.values()),
+            "position_bias": position_bias(by_position, sizes[(participant, label)]),
+        }
+    return result
 
 
 def _figures(db: Session, project: Project, min_answer_ms: int, participant_id: int | None = None):  # type: ignore[no-untyped-def]
@@ -64,6 +122,7 @@ def _figures(db: Session, project: Project, min_answer_ms: int, participant_id: 
         statement = statement.where(Participant.id == participant_id)
     else:  # a researcher's previews are nobody's data (app.services.preview)
         statement = statement.where(Participant.platform != "preview")
+    biases = _shape_biases(db, project, participant_id)
     for row in db.execute(statement):
         participant, n, gold_n, gold_ok, fast, left, sided, repeat_n, repeat_ok = row
         gold_ok, fast, left, sided, repeat_ok = (
@@ -89,6 +148,7 @@ def _figures(db: Session, project: Project, min_answer_ms: int, participant_id: 
                 reliability=participant.reliability,
                 reliability_low=participant.reliability_low,
                 reliability_high=participant.reliability_high,
+                position_bias_by_shape=biases.get(participant.id, {}),
             ),
             participant,
         )

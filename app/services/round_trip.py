@@ -57,6 +57,7 @@ from app.errors import (
     NotFound,
     ServiceUnavailable,
 )
+from app.learning.shapes import check_choice, shape_of
 from app.schemas.plans import Plan
 from app.schemas.worker import (
     AnswerCreate,
@@ -151,12 +152,16 @@ def _params(
     plan = ctx.plan
     assert plan is not None
     decision = rules.next_question(plan.seed, plan.repeat_rate, session_id, answered + 1, 2**31)
+    choice, picks = _choice(data.choice)
     return {
         "session": session_id,
         "token": data.token,
         "token_hash": sessions.token_hash(authorization) or "",
         "answered": answered,
-        "choice": data.choice,
+        "choice": choice,
+        # A ranked grid's picks in order (JSON); the statement checks them (``picks_offered``)
+        "picks": picks,
+        "order_keys": json.dumps(rules.shuffle(plan.seed, session_id, answered + 1)),
         "client_ms": data.client_ms,
         "code_hash": sessions.session_code_hash(session_id),
         "swap": decision.swap,
@@ -167,6 +172,19 @@ def _params(
         and plan.status == "running"
         and get_settings().claim_with_answer,
     }
+
+
+def _choice(choice: int | list[int]) -> tuple[int | None, str | None]:
+    """The answer's ``choice`` as the statements take it: an index or outcome, or for a
+    list (a ranked grid's picks) its first pick and the list as JSON."""
+    if isinstance(choice, list):
+        return (choice[0] if choice else None), json.dumps(choice)
+    return choice, None
+
+
+def _listed(value: Any) -> list[int] | None:
+    """A JSON list column as the driver gives it (SQLite: text)."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _shared(ctx: Context, now: datetime) -> dict[str, Any]:
@@ -201,7 +219,13 @@ class Stored:
 
 
 def _shown_query(
-    token: str, kind: str, shown: Sequence[int], objects: dict[int, Any], answered: int, total: int
+    token: str,
+    kind: str,
+    shown: Sequence[int],
+    objects: dict[int, Any],
+    answered: int,
+    total: int,
+    k: int | None = None,
 ) -> ShownQuery:
     return ShownQuery(
         token=token,
@@ -212,6 +236,7 @@ def _shown_query(
         ],
         position=answered + 1,
         total=total,
+        k=k if kind == "rank" else None,
     )
 
 
@@ -382,10 +407,10 @@ def _stored_pg(row: Any, params: dict[str, Any]) -> Stored:
         return Stored("refused")
     shown = None
     if row.query_id is not None:
-        order = [i for i in (row.s1, row.s2, row.s3) if i is not None]
+        order = _listed(row.shown) or [i for i in (row.s1, row.s2, row.s3) if i is not None]
         objects = {o[0]: o for o in row.shown_objects}
         shown = _shown_query(
-            params["issued_token"], row.kind, order, objects, row.answered, row.total
+            params["issued_token"], row.kind, order, objects, row.answered, row.total, row.k
         )
     finished = row.finished_at is not None
     return Stored("stored", row.answered, row.total, finished, row, shown, row.question_id)
@@ -471,7 +496,8 @@ def _store_sqlite(db: Session, ctx: Context, answer: dict[str, Any]) -> Stored:
     if params["claim_next"] and not finished:
         question = pool.first_open(db, ctx.project_id, held.participant, params["max_views"])
         if question is not None:
-            order = rules.shown_order(*question[1:], params["swap"])
+            keys = json.loads(params["order_keys"])
+            order = rules.shown_order(*question[1:5], params["swap"], _listed(question[5]), keys)
             shown = _issue(
                 db, ctx.project_id, answer["session"], held.participant, question, order,
                 False, params["issued_token"], session.answered, session.total, params["now"],
@@ -493,13 +519,14 @@ def _issue(
     total: int,
     now: datetime,
 ) -> ShownQuery:
-    """Hand ``question`` (id, kind, o1, o2, o3) to the session, its objects shown in
-    ``order``: one more place leased (not for a repeat, which takes none), the query
+    """Hand ``question`` (id, kind, o1, o2, o3, objects, k) to the session, its objects
+    shown in ``order``: one more place leased (not for a repeat, which takes none), the query
     inserted, its objects read."""
     conn = db.connection()
     if not is_repeat:
         run(conn, round_trip_sql.LEASE, {"question": question[0]})
     shown = [*order, None][:3]
+    listed = question[1] in rules.SHAPED
     values = {
         "project": project_id,
         "question": question[0],
@@ -513,13 +540,19 @@ def _issue(
         "issued_token": token,
         "now": now,
         "expires": rules.lease_end(now, get_settings().lease_seconds),
+        "objects": json.dumps(list(order)) if listed else None,
+        "k": question[6],
     }
     run(conn, round_trip_sql.QUERY, values)
-    found = rows(conn, round_trip_sql.SHOWN_OBJECTS, values)
+    if listed:
+        found = rows(conn, round_trip_sql.SHOWN_LISTED, {**values, "shown": values["objects"]})
+    else:
+        found = rows(conn, round_trip_sql.SHOWN_OBJECTS, values)
     objects = {row[0]: row for row in found}
     return _shown_query(
-        token, question[1], [i for i in order if i is not None], objects, answered, total
-    )
+        token, question[1], [i for i in order if i is not None], objects, answered, total,
+        question[6],
+    )  # fmt: skip
 
 
 # -- the slow path ---------------------------------------------------------------------------------
@@ -559,13 +592,18 @@ def _next_held(db: Session, work: Any) -> NextQuery | None:
     conn = db.connection()
     current = first(conn, round_trip_sql.OPEN_QUERY, {"session": work.id, "now": utcnow()})
     if current is not None:
-        order = [i for i in (current.o1, current.o2, current.o3) if i is not None]
+        listed = _listed(current.objects)
+        order = listed or [i for i in (current.o1, current.o2, current.o3) if i is not None]
         params = {"project": work.project_id, "s1": current.o1, "s2": current.o2}
-        found = rows(conn, round_trip_sql.SHOWN_OBJECTS, {**params, "s3": current.o3})
+        if listed:
+            found = rows(conn, round_trip_sql.SHOWN_LISTED, {**params, "shown": current.objects
+                         if isinstance(current.objects, str) else json.dumps(listed)})  # fmt: skip
+        else:
+            found = rows(conn, round_trip_sql.SHOWN_OBJECTS, {**params, "s3": current.o3})
         objects = {row[0]: row for row in found}
         return NextQuery(
             query=_shown_query(
-                current.token, current.kind, order, objects, work.answered, work.total
+                current.token, current.kind, order, objects, work.answered, work.total, current.k
             )
         )
     if work.finished_at is not None:
@@ -598,14 +636,16 @@ def _next_held(db: Session, work: Any) -> NextQuery | None:
         repeat = first(conn, round_trip_sql.REPEAT, params)
         if repeat is not None:
             order = rules.repeat_order(repeat.kind, repeat.o1, repeat.o2, repeat.shown_o2,
-                                       repeat.shown_o3, decision.swap)  # fmt: skip
+                                       repeat.shown_o3, decision.swap,
+                                       _listed(repeat.shown))  # fmt: skip
             shown = _issue(db, work.project_id, work.id, work.participant_id, repeat, order,
                            True, token, work.answered, work.total, now)  # fmt: skip
             return NextQuery(query=shown)
     question = pool.first_open(db, work.project_id, work.participant_id, plan.max_object_views)
     if question is None:
         return None
-    order = rules.shown_order(*question[1:], decision.swap)
+    keys = rules.shuffle(plan.seed, work.id, work.answered)
+    order = rules.shown_order(*question[1:5], decision.swap, _listed(question[5]), keys)
     shown = _issue(db, work.project_id, work.id, work.participant_id, question, order, False,
                    token, work.answered, work.total, now)  # fmt: skip
     return NextQuery(query=shown)
@@ -664,26 +704,41 @@ def explain_refusal(
     if query.session_id != session_id:
         raise Forbidden("this question token belongs to another session")
     if query.status == "answered":
-        stored = db.scalar(select(Answer.choice).where(Answer.query_id == query.id))
+        stored = db.execute(
+            select(Answer.choice, Answer.choices).where(Answer.query_id == query.id)
+        ).first()
         db.rollback()
-        if stored != data.choice:
+        given = data.choice
+        same = stored is not None and given == (
+            stored.choices if isinstance(given, list) else stored.choice
+        )
+        if not same:
             raise Conflict("this question was already answered with a different choice")
         return _recorded(next_for_session(db, session_id, authorization), work.total)
     if query.status == "expired" or query.expires_at <= utcnow():
         raise Gone("this question's lease expired; ask for the next question")
-    _check_choice(query.kind, query.o2, query.o3, data.choice)
+    _check_choice(query, data.choice)
     raise Gone("this question's lease just ended; ask for the next question")
 
 
-def _check_choice(kind: str, o2: int, o3: int | None, choice: int) -> None:
-    if kind == "triplet":
-        if choice not in (o2, o3):
-            raise InvalidInput(f"choice {choice} is not one of the candidates shown ({o2} or {o3})")
-    elif choice not in (-1, 0, 1):
+def _check_choice(query: Query, choice: int | list[int]) -> None:
+    """A choice the query did not offer: 422 naming ``choice`` (``shapes.check_choice``)."""
+    objects = query.objects or [i for i in (query.o1, query.o2, query.o3) if i is not None]
+    if query.kind == "triplet" and isinstance(choice, int) and choice not in objects[1:]:
+        raise InvalidInput(
+            f"choice {choice} is not one of the candidates shown ({query.o2} or {query.o3})",
+            ("choice",),
+        )
+    if query.kind == "pair" and isinstance(choice, int) and choice not in (-1, 0, 1):
         raise InvalidInput(
             "a pair's choice must be −1 (left better), 0 (about the same) or 1 (right better), "
-            f"got {choice}"
+            f"got {choice}",
+            ("choice",),
         )
+    try:
+        check_choice(shape_of(objects, query.kind, query.k), objects, choice)
+    except ValueError as error:
+        raise InvalidInput(f"choice {choice}: {error}", ("choice",)) from error
 
 
 def _recorded(shown: NextQuery, total: int) -> AnswerRecorded:

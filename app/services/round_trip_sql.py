@@ -72,10 +72,41 @@ def askable(participant: str) -> str:
       AND {views_left(participant, "questions")}"""
 
 
-# The choice is one the query offered: a triplet's candidate, or a pair's −1 / 0 / 1.
+# The choice is one the query offered: a triplet's candidate, a pair's −1 / 0 / 1, one of an
+# odd-one-out's three objects; or (``picks``, a JSON list) a ranked grid's ``k`` different
+# candidates (``app.learning.shapes.check_choice`` in SQL: :func:`picks_offered`).
 _CHOICE_OFFERED = """(
-    (queries.kind = 'triplet' AND (queries.o2 = {choice} OR queries.o3 = {choice}))
-    OR (queries.kind <> 'triplet' AND {choice} IN (-1, 0, 1)))"""
+    (queries.kind = 'triplet' AND {picks} IS NULL
+     AND (queries.o2 = {choice} OR queries.o3 = {choice}))
+    OR (queries.kind = 'pair' AND {picks} IS NULL AND {choice} IN (-1, 0, 1))
+    OR (queries.kind = 'odd_one_out' AND {picks} IS NULL
+        AND {choice} IN (queries.o1, queries.o2, queries.o3))
+    OR (queries.kind = 'rank' AND {picks_offered}))"""
+
+
+def picks_offered(picks: str, dialect: str) -> str:
+    """The ranked grid's ``picks`` (JSON text) are ``queries.k`` different candidates of the
+    query (its ``objects`` after the anchor)."""
+    if dialect == "postgresql":
+        return f"""json_array_length(CAST({picks} AS JSON)) = queries.k
+        AND (SELECT count(DISTINCT picked.value)
+             FROM json_array_elements_text(CAST({picks} AS JSON)) AS picked
+             WHERE picked.value IN (
+                SELECT shown.value FROM json_array_elements_text(queries.objects)
+                    WITH ORDINALITY AS shown(value, ord)
+                WHERE shown.ord > 1)) = queries.k"""
+    return f"""json_array_length({picks}) = queries.k
+        AND (SELECT count(DISTINCT picked.value) FROM json_each({picks}) AS picked
+             WHERE picked.value IN (
+                SELECT shown.value FROM json_each(queries.objects) AS shown
+                WHERE shown.key > 0)) = queries.k"""
+
+
+def _offered(choice: str, picks: str, dialect: str) -> str:
+    return _CHOICE_OFFERED.format(
+        choice=choice, picks=picks, picks_offered=picks_offered(picks, dialect)
+    )
+
 
 # -- the answer, in parts ------------------------------------------------------------------
 
@@ -84,7 +115,7 @@ _CLAIM = """
     {source}WHERE queries.token = {token} AND queries.session_id = {session}
       AND {running} AND {offered}
     RETURNING queries.id, queries.question_id, queries.kind, queries.o1, queries.o2,
-        queries.o3, queries.is_repeat, queries.issued_at{carried}
+        queries.o3, queries.objects, queries.is_repeat, queries.issued_at{carried}
 """
 # From leased to answered; a repeat never held a place.
 _PLACE = f"""
@@ -95,29 +126,43 @@ _PLACE = f"""
 # (``CROSS JOIN``: SQLite then searches the queries for the claim's question, not the claim
 # for each of the participant's queries.)
 _FIRST = """
-    SELECT {claim_id} answers.a, answers.b, answers.outcome
+    SELECT {claim_id} answers.a, answers.b, answers.c, answers.outcome
     FROM claim CROSS JOIN queries
     JOIN answers ON answers.query_id = queries.id
     WHERE claim.is_repeat AND queries.participant_id = {participant}
       AND queries.question_id = claim.question_id AND NOT queries.is_repeat
 """
 # The answer's row from its query: the objects chosen, where the choice was shown, whether it
-# was right (gold) and agrees with the first answer (a repeat).
+# was right (gold) and agrees with the first answer (a repeat). A triplet (a, chosen, other);
+# a pair (left, right) and its outcome; an odd-one-out (the two kept as shown, the odd one);
+# a ranked grid (anchor, first pick), its objects as shown and its picks (``choices``). A
+# ranked grid's gold and repeat are judged by its first pick (``choice``).
 _ANSWER = """
-    SELECT claim.id AS query_id, claim.kind, claim.o1 AS a,
-        CASE WHEN claim.kind = 'triplet' THEN {choice} ELSE claim.o2 END AS b,
+    SELECT claim.id AS query_id, claim.kind,
+        CASE WHEN claim.kind = 'odd_one_out' AND claim.o1 = {choice} THEN claim.o2
+             ELSE claim.o1 END AS a,
+        CASE WHEN claim.kind IN ('triplet', 'rank') THEN {choice}
+             WHEN claim.kind = 'odd_one_out' AND claim.o3 <> {choice} THEN claim.o3
+             ELSE claim.o2 END AS b,
         CASE WHEN claim.kind = 'triplet' THEN
-            CASE WHEN claim.o2 = {choice} THEN claim.o3 ELSE claim.o2 END
+                CASE WHEN claim.o2 = {choice} THEN claim.o3 ELSE claim.o2 END
+             WHEN claim.kind = 'odd_one_out' THEN {choice}
         END AS c,
-        CASE WHEN claim.kind <> 'triplet' THEN {choice} END AS outcome,
-        CASE WHEN claim.kind <> 'triplet' THEN {choice}
+        CASE WHEN claim.kind = 'pair' THEN {choice} END AS outcome,
+        CASE WHEN claim.kind = 'pair' THEN {choice}
+             WHEN claim.kind = 'rank' THEN NULL
+             WHEN claim.kind = 'odd_one_out' AND claim.o1 = {choice} THEN -1
+             WHEN claim.kind = 'odd_one_out' AND claim.o2 = {choice} THEN 0
+             WHEN claim.kind = 'odd_one_out' THEN 1
              WHEN claim.o2 = {choice} THEN -1 ELSE 1 END AS position,
         questions.strategy,
         {choice} = questions.gold_choice AS gold_correct,
-        CASE WHEN claim.kind = 'triplet' THEN first.b = {choice}
+        CASE WHEN claim.kind IN ('triplet', 'rank') THEN first.b = {choice}
+             WHEN claim.kind = 'odd_one_out' THEN first.c = {choice}
              ELSE CASE WHEN first.a = claim.o1 THEN first.outcome ELSE -first.outcome END
                   = {choice}
         END AS consistent,
+        claim.objects, CASE WHEN claim.kind = 'rank' THEN {picks} END AS choices,
         {server_ms} AS server_ms{carried}
     FROM claim
     JOIN questions ON questions.id = claim.question_id
@@ -135,13 +180,13 @@ _SERVER_MS = {
 _STORE_INTO = """
     INSERT INTO answers (project_id, query_id, kind, a, b, c, outcome, position, choice,
         source, strategy, gold_correct, consistent, session_id, participant_id, server_ms,
-        client_ms, created_at)
+        client_ms, created_at, objects, choices)
 """
 _STORE_VALUES = """
     SELECT CAST(:project AS INTEGER), answer.query_id, answer.kind, answer.a, answer.b,
         answer.c, answer.outcome, answer.position, {choice}, {source}, answer.strategy,
         answer.gold_correct, answer.consistent, {session}, {participant}, answer.server_ms,
-        {client_ms}, CAST(:now AS TIMESTAMPTZ)
+        {client_ms}, CAST(:now AS TIMESTAMPTZ), answer.objects, answer.choices
     FROM answer
 """
 # Counted in SQL; the answer that reaches the session's total finishes it.
@@ -190,7 +235,8 @@ _OBJECT_COLUMNS = 'objects."index", objects.name, objects.text, objects.image_ur
 _BATCH_COLUMNS = {
     "session": "VARCHAR", "token": "VARCHAR", "token_hash": "VARCHAR", "answered": "INTEGER",
     "choice": "INTEGER", "client_ms": "DOUBLE PRECISION", "code_hash": "VARCHAR",
-    "swap": "BOOLEAN", "issued_token": "VARCHAR", "claim_next": "BOOLEAN",
+    "swap": "BOOLEAN", "issued_token": "VARCHAR", "claim_next": "BOOLEAN", "picks": "VARCHAR",
+    "order_keys": "VARCHAR",
 }  # fmt: skip
 _BATCH = "SELECT * FROM unnest({arrays}) WITH ORDINALITY AS batch({names}, ord)".format(
     arrays=", ".join(f"CAST(:batch_{name} AS {kind}[])" for name, kind in _BATCH_COLUMNS.items()),
@@ -223,7 +269,7 @@ _CLAIM_BATCH = _CLAIM.format(
     token="held.token",
     session="held.session",
     running=lease_running("queries"),
-    offered=_CHOICE_OFFERED.format(choice="held.choice"),
+    offered=_offered("held.choice", "held.picks", "postgresql"),
     carried=", held.*",
 )
 # The questions answered are held in id order and counted before any open question is
@@ -246,10 +292,12 @@ _ANSWER_BATCH = _ANSWER.format(
     server_ms=_SERVER_MS["postgresql"],
     carried=", claim.choice, claim.session, claim.participant, claim.source, claim.client_ms",
     first_of_claim="first.claim_id = claim.id",
+    picks="CAST(claim.picks AS JSON)",
 )
 # The first open questions no other statement is claiming, for the answers that want one.
 _CANDIDATES = """
     SELECT questions.id, questions.kind, questions.o1, questions.o2, questions.o3,
+        questions.objects, questions.k,
         questions.wanted - questions.answered - questions.live AS places
     FROM questions
     WHERE questions.project_id = CAST(:project AS INTEGER) AND questions.is_open = true
@@ -306,20 +354,35 @@ def _shown(question: str, swap: str) -> str:
         CASE WHEN {swap} THEN {question}.o2 ELSE {question}.o3 END END AS s3"""
 
 
+def _shown_all(question: str, keys: str) -> str:
+    """A shaped question's ``objects`` in the order shown (a JSON list; NULL for a triplet
+    or a pair), from the sort keys ``keys`` (a JSON list): ``app.active.rules.shown_order``
+    in SQL (PostgreSQL)."""
+    return f"""(SELECT json_agg(listed.value ORDER BY
+            CASE WHEN {question}.kind = 'rank' AND listed.ord = 1 THEN -1
+                 ELSE CAST(CAST({keys} AS JSON) ->> CAST(listed.ord - 1 AS INTEGER) AS INTEGER)
+            END)
+        FROM json_array_elements({question}.objects) WITH ORDINALITY AS listed(value, ord))"""
+
+
 _INSERT_QUERY = """
     INSERT INTO queries (project_id, question_id, session_id, participant_id, kind, o1, o2,
-        o3, status, is_repeat, token, issued_at, expires_at)
+        o3, status, is_repeat, token, issued_at, expires_at, objects, k)
 """
 _QUERY_BATCH = f"""{_INSERT_QUERY}
     SELECT CAST(:project AS INTEGER), question.id, question.session, question.participant,
-        question.kind, question.s1, question.s2, question.s3, 'issued', false,
-        question.issued_token, CAST(:now AS TIMESTAMPTZ), CAST(:expires AS TIMESTAMPTZ)
+        question.kind, COALESCE(CAST(question.shown ->> 0 AS INTEGER), question.s1),
+        COALESCE(CAST(question.shown ->> 1 AS INTEGER), question.s2),
+        COALESCE(CAST(question.shown ->> 2 AS INTEGER), question.s3), 'issued', false,
+        question.issued_token, CAST(:now AS TIMESTAMPTZ), CAST(:expires AS TIMESTAMPTZ),
+        question.shown, question.k
     FROM (SELECT candidates.id, {_shown("candidates", "claim.swap")}, claim.session,
-            claim.participant, claim.issued_token
+            claim.participant, claim.issued_token, candidates.k,
+            {_shown_all("candidates", "claim.order_keys")} AS shown
         FROM picked JOIN candidates ON candidates.id = picked.id
         JOIN claim ON claim.ord = picked.ord
         WHERE picked.id IN (SELECT leased.id FROM leased)) AS question
-    RETURNING id, session_id, o1, o2, o3
+    RETURNING id, session_id, o1, o2, o3, objects, k
 """
 _PG_ANSWER_BATCH = f"""
 WITH RECURSIVE batch AS ({_BATCH}),
@@ -359,10 +422,14 @@ SELECT batch.ord, held_all.token_ok, held_all.count_ok, held_all.plan_ok,
     held.ord IS NOT NULL AS taken, claim.id IS NOT NULL AS stored,
     session.answered, session.total, session.finished_at, counts.*,
     query.id AS query_id, query.o1 AS s1, query.o2 AS s2, query.o3 AS s3, candidates.kind,
-    candidates.id AS question_id,
+    candidates.id AS question_id, query.objects AS shown, query.k,
     (SELECT json_agg(json_build_array({_OBJECT_COLUMNS})) FROM objects
      WHERE objects.project_id = CAST(:project AS INTEGER)
-       AND objects."index" IN (query.o1, query.o2, query.o3)) AS shown_objects
+       AND objects."index" = ANY(CASE WHEN query.objects IS NULL
+            THEN ARRAY[query.o1, query.o2, query.o3]
+            ELSE ARRAY(SELECT CAST(listed AS INTEGER)
+                       FROM json_array_elements_text(query.objects) AS listed) END))
+        AS shown_objects
 FROM batch
 LEFT JOIN held_all ON held_all.ord = batch.ord
 LEFT JOIN held ON held.ord = batch.ord
@@ -389,25 +456,32 @@ HELD = Statement(
     WHERE sessions.id = :session""",
 )
 CLAIM = Statement(
-    _CLAIM.format(
-        source="",
-        token="CAST(:token AS VARCHAR)",
-        session="CAST(:session AS VARCHAR)",
-        running=lease_running("queries"),
-        offered=_CHOICE_OFFERED.format(choice="CAST(:choice AS INTEGER)"),
-        carried="",
+    *(
+        _CLAIM.format(
+            source="",
+            token="CAST(:token AS VARCHAR)",
+            session="CAST(:session AS VARCHAR)",
+            running=lease_running("queries"),
+            offered=_offered("CAST(:choice AS INTEGER)", "CAST(:picks AS VARCHAR)", dialect),
+            carried="",
+        )
+        for dialect in ("postgresql", "sqlite")
     )
 )
 PLACE = Statement(f"{_PLACE.format(n='1')} WHERE questions.id = CAST(:question AS BIGINT)")
 STORE = Statement(
     None,
     f"""{_STORE_INTO}
-WITH claim AS (SELECT id, question_id, kind, o1, o2, o3, is_repeat, issued_at FROM queries
-               WHERE id = :query),
+WITH claim AS (SELECT id, question_id, kind, o1, o2, o3, objects, is_repeat, issued_at
+               FROM queries WHERE id = :query),
 first AS ({_FIRST.format(claim_id="", participant=":participant")} LIMIT 1),
 answer AS ({
         _ANSWER.format(
-            choice=":choice", server_ms=_SERVER_MS["sqlite"], carried="", first_of_claim="true"
+            choice=":choice",
+            server_ms=_SERVER_MS["sqlite"],
+            carried="",
+            first_of_claim="true",
+            picks=":picks",
         )
     })
 {
@@ -440,12 +514,14 @@ COUNTS = Statement(
 # another statement is claiming now (``is_open = true``, not ``is_open``: SQLite searches an
 # index only for a comparison).
 OPEN_QUESTION = Statement(
-    f"""SELECT questions.id, questions.kind, questions.o1, questions.o2, questions.o3
+    f"""SELECT questions.id, questions.kind, questions.o1, questions.o2, questions.o3,
+        questions.objects, questions.k
     FROM questions
     WHERE questions.project_id = CAST(:project AS INTEGER)
       AND {askable("CAST(:participant AS INTEGER)")}
     ORDER BY questions.id LIMIT 1 FOR NO KEY UPDATE OF questions SKIP LOCKED""",
-    f"""SELECT questions.id, questions.kind, questions.o1, questions.o2, questions.o3
+    f"""SELECT questions.id, questions.kind, questions.o1, questions.o2, questions.o3,
+        questions.objects, questions.k
     FROM questions
     WHERE questions.project_id = :project AND {askable(":participant")}
     ORDER BY questions.id LIMIT 1""",
@@ -460,7 +536,7 @@ QUERY = Statement(
         CAST(:participant AS INTEGER), CAST(:kind AS VARCHAR), CAST(:s1 AS INTEGER),
         CAST(:s2 AS INTEGER), CAST(:s3 AS INTEGER), 'issued', CAST(:is_repeat AS BOOLEAN),
         CAST(:issued_token AS VARCHAR), CAST(:now AS TIMESTAMPTZ),
-        CAST(:expires AS TIMESTAMPTZ))
+        CAST(:expires AS TIMESTAMPTZ), CAST(:objects AS JSON), CAST(:k AS SMALLINT))
     RETURNING id"""
 )
 # A repeat: one of the session's last REPEAT_WINDOW answered questions (not gold) not asked
@@ -470,12 +546,14 @@ QUERY = Statement(
 # with the session: bench/results/repeat_draw.txt).
 REPEAT = Statement(
     f"""WITH recent AS (
-        SELECT queries.question_id, queries.o2, queries.o3, queries.is_repeat FROM queries
+        SELECT queries.question_id, queries.o2, queries.o3, queries.objects, queries.is_repeat
+        FROM queries
         WHERE queries.session_id = CAST(:session AS VARCHAR) AND queries.status = 'answered'
         ORDER BY queries.id DESC LIMIT {REPEAT_WINDOW}),
     candidates AS (
         SELECT questions.id, questions.kind, questions.o1, questions.o2, questions.o3,
-            recent.o2 AS shown_o2, recent.o3 AS shown_o3
+            questions.objects, questions.k, recent.o2 AS shown_o2, recent.o3 AS shown_o3,
+            recent.objects AS shown
         FROM recent JOIN questions ON questions.id = recent.question_id
         WHERE NOT recent.is_repeat AND questions.gold_choice IS NULL
           AND NOT EXISTS (SELECT 1 FROM queries AS again
@@ -486,7 +564,7 @@ REPEAT = Statement(
     LIMIT 1 OFFSET (SELECT CAST(:draw AS BIGINT) * count(*) / {DRAW_RANGE} FROM candidates)"""
 )
 OPEN_QUERY = Statement(
-    f"""SELECT id, question_id, kind, o1, o2, o3, token FROM queries
+    f"""SELECT id, question_id, kind, o1, o2, o3, objects, k, token FROM queries
     WHERE queries.session_id = CAST(:session AS VARCHAR) AND {lease_running("queries")}
     ORDER BY queries.id DESC LIMIT 1"""
 )
@@ -495,16 +573,26 @@ SHOWN_OBJECTS = Statement(
     WHERE objects.project_id = CAST(:project AS INTEGER)
       AND objects."index" IN (CAST(:s1 AS INTEGER), CAST(:s2 AS INTEGER), CAST(:s3 AS INTEGER))"""
 )
+# The objects a shaped query shows (``:shown``, a JSON list of indices), for its reply.
+SHOWN_LISTED = Statement(
+    f"""SELECT {_OBJECT_COLUMNS} FROM objects
+    WHERE objects.project_id = CAST(:project AS INTEGER)
+      AND objects."index" IN (SELECT CAST(listed AS INTEGER)
+                              FROM json_array_elements_text(CAST(:shown AS JSON)) AS listed)""",
+    f"""SELECT {_OBJECT_COLUMNS} FROM objects
+    WHERE objects.project_id = :project
+      AND objects."index" IN (SELECT listed.value FROM json_each(:shown) AS listed)""",
+)
 
 # -- the pool ---------------------------------------------------------------------------------
 
 QUESTION_FIELDS = (
     "key", "kind", "o1", "o2", "o3", "strategy", "strategy_position", "strategy_ref",
-    "gold_choice", "wanted",
+    "gold_choice", "wanted", "objects", "k",
 )  # fmt: skip
 _NEW_QUESTIONS_INTO = """
     INSERT INTO questions (project_id, key, kind, o1, o2, o3, strategy, strategy_position,
-        strategy_ref, gold_choice, wanted, live, answered, is_open, created_at)
+        strategy_ref, gold_choice, wanted, live, answered, is_open, created_at, objects, k)
 """
 # A batch of new questions in one statement: ``:rows`` a JSON array of QUESTION_FIELDS rows,
 # inserted in order (claims take the lowest id first); a key the project has is passed over.
@@ -512,10 +600,11 @@ NEW_QUESTIONS = Statement(
     f"""{_NEW_QUESTIONS_INTO}
     SELECT CAST(:project AS INTEGER), key, kind, o1, o2, o3, strategy, strategy_position,
         CAST(strategy_ref AS JSON), gold_choice, wanted, 0, 0, wanted > 0,
-        CAST(:now AS TIMESTAMPTZ)
+        CAST(:now AS TIMESTAMPTZ), objects, k
     FROM ROWS FROM (json_to_recordset(CAST(:rows AS JSON)) AS (key VARCHAR, kind VARCHAR,
         o1 INTEGER, o2 INTEGER, o3 INTEGER, strategy VARCHAR, strategy_position INTEGER,
-        strategy_ref TEXT, gold_choice INTEGER, wanted INTEGER)) WITH ORDINALITY AS batch
+        strategy_ref TEXT, gold_choice INTEGER, wanted INTEGER, objects JSON, k SMALLINT))
+        WITH ORDINALITY AS batch
     ORDER BY batch.ordinality
     ON CONFLICT (project_id, key) DO NOTHING
     RETURNING key""",
@@ -523,7 +612,7 @@ NEW_QUESTIONS = Statement(
     SELECT :project, value ->> 'key', value ->> 'kind', value ->> 'o1', value ->> 'o2',
         value ->> 'o3', value ->> 'strategy', value ->> 'strategy_position',
         value ->> 'strategy_ref', value ->> 'gold_choice', value ->> 'wanted', 0, 0,
-        (value ->> 'wanted') > 0, :now
+        (value ->> 'wanted') > 0, :now, value ->> 'objects', value ->> 'k'
     FROM json_each(:rows) WHERE true ORDER BY json_each.key
     ON CONFLICT (project_id, key) DO NOTHING
     RETURNING key""",

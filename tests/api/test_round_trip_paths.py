@@ -5,7 +5,8 @@ public SQLAlchemy APIs (``TRIPLETLAB_PRIVATE_CURSOR=false``): the rows stored an
 questions issued, in order, are the same in every run.
 
 The scenario: three participants answer in turn (redundancy 2, gold questions, mirrored
-repeats, a triplet and a pair strategy with budgets, a small pool refilled as it runs dry),
+repeats, triplet, pair, odd-one-out and 4-rank-2 strategies with budgets, a small pool
+refilled as it runs dry),
 one of them lets a lease expire (its late answer is refused with 410 and its question given to
 someone else), and answers are sent again (stored once) or with another choice (409). The
 fills ahead of the server's producer thread are off (``TRIPLETLAB_FILL_AHEAD=false``), so the
@@ -15,6 +16,7 @@ rules they must keep, in ``test_round_trip_rows.py`` and ``test_worker_concurren
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -41,12 +43,17 @@ PARTICIPANTS = ("ann", "bob", "cat")
 STEPS = 60
 
 
-def choose(query: dict[str, Any]) -> int:
+def choose(query: dict[str, Any]) -> int | list[int]:
     """A fixed answer for a question: the lower-indexed candidate of a triplet; a pair's
-    outcome from its objects."""
+    outcome from its objects; an odd-one-out's highest index; a ranked grid's k candidates
+    in decreasing index order."""
     indices = [o["index"] for o in query["objects"]]
     if query["kind"] == "triplet":
         return min(indices[1:])
+    if query["kind"] == "odd_one_out":
+        return max(indices)
+    if query["kind"] == "rank":
+        return sorted(indices[1:], reverse=True)[: query["k"]]
     return (indices[0] + 2 * indices[1]) % 3 - 1
 
 
@@ -59,6 +66,8 @@ def scenario(client: TestClient, engine: Engine) -> None:
     strategies = [
         {"kind": "random", "weight": 2, "budget": 14},
         {"kind": "pairs", "weight": 1, "budget": 6},
+        {"kind": "random", "weight": 1, "budget": 5, "shape": {"type": "odd_one_out"}},
+        {"kind": "random", "weight": 1, "budget": 5, "shape": {"type": "rank", "n": 4, "k": 2}},
     ]
     set_plan(
         client, headers, "paths", strategies=strategies, redundancy=2, gold_rate=0.15,
@@ -101,6 +110,9 @@ def scenario(client: TestClient, engine: Engine) -> None:
             if query["kind"] == "pair":
                 other = {**answer, "choice": (answer["choice"] + 2) % 3 - 1}
                 assert client.post(f"{path}/answers", json=other, headers=auth).status_code == 409
+            if query["kind"] == "rank":
+                other = {**answer, "choice": answer["choice"][::-1]}
+                assert client.post(f"{path}/answers", json=other, headers=auth).status_code == 409
         body = reply.json()
         shown[name] = None if body["done"] else body["next"]["query"]
         if body["done"]:
@@ -118,13 +130,15 @@ def scenario(client: TestClient, engine: Engine) -> None:
 TABLES = {
     "answers": "SELECT p.external_id, s.answered AS session_answered, a.kind, a.a, a.b, a.c, "
     "a.outcome, a.position, a.choice, a.source, a.strategy, a.gold_correct, a.consistent, "
-    "a.client_ms FROM answers a JOIN participants p ON p.id = a.participant_id "
+    "a.client_ms, a.objects, a.choices FROM answers a "
+    "JOIN participants p ON p.id = a.participant_id "
     "JOIN sessions s ON s.id = a.session_id ORDER BY a.id",
-    "queries": "SELECT p.external_id, qu.key, q.kind, q.o1, q.o2, q.o3, q.status, q.is_repeat "
+    "queries": "SELECT p.external_id, qu.key, q.kind, q.o1, q.o2, q.o3, q.status, q.is_repeat, "
+    "q.objects, q.k "
     "FROM queries q JOIN participants p ON p.id = q.participant_id "
     "JOIN questions qu ON qu.id = q.question_id ORDER BY q.id",
     "questions": "SELECT key, kind, o1, o2, o3, strategy, gold_choice, wanted, live, answered, "
-    "is_open FROM questions ORDER BY id",
+    "is_open, objects, k FROM questions ORDER BY id",
     "sessions": "SELECT p.external_id, s.total, s.answered, s.finished_at IS NOT NULL, "
     "s.completion_code_hash IS NOT NULL FROM sessions s "
     "JOIN participants p ON p.id = s.participant_id ORDER BY p.external_id",
@@ -198,6 +212,8 @@ def normalised(result: dict[str, list[tuple]]) -> dict[str, list[tuple]]:
             return int(v)
         if isinstance(v, float):
             return round(v, 3)
+        if isinstance(v, str) and v.startswith("["):  # JSON: SQLite's text
+            return json.loads(v)
         return v
 
     return {name: [tuple(value(v) for v in row) for row in rows] for name, rows in result.items()}
@@ -216,9 +232,13 @@ def test_every_path_and_database_stores_and_issues_the_same(app, engines, monkey
                 results[(kind, fast, private)] = normalised(run(app, engine, monkeypatch))
     reference = results[("sqlite", True, True)]
     assert len(reference["answers"]) > 30
-    assert any(row[-2] is not None for row in reference["answers"])  # repeats were asked
+    assert any(row[12] is not None for row in reference["answers"])  # repeats were asked
     assert any(row[11] is not None for row in reference["answers"])  # and gold questions
     assert any(row[6] == "expired" for row in reference["queries"])  # a lease ran out
+    kinds = {row[2] for row in reference["answers"]}
+    assert kinds == {"triplet", "pair", "odd_one_out", "rank"}, kinds
+    repeated = {row[2] for row in reference["queries"] if row[7]}
+    assert {"odd_one_out", "rank"} & repeated, repeated  # a shaped question asked again
     for key, result in results.items():
         for table, rows in reference.items():
             assert result[table] == rows, (key, table)
