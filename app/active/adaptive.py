@@ -151,8 +151,8 @@ class AdaptiveTriplets(Strategy):
 
     @property
     def answer_kind(self) -> str:
-        """The kind of answer this strategy's questions get: triplet or pair."""
-        return "pair" if self.variant == "pairs" else "triplet"
+        """The kind of answer this strategy's questions get: pair, or its shape's."""
+        return "pair" if self.variant == "pairs" else self.shape.type
 
     def model_params(self) -> dict[str, Any]:
         """Training params of the model this strategy asks to be refit."""

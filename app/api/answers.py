@@ -63,9 +63,23 @@ def export_answers(
 
 @router.get("/triplets.npy", response_class=Response)
 def export_triplets_npy(project: OwnedProject, db: SessionDep) -> Response:
-    """The triplets as an int64 array (m, 3) of rows (a, b, c): a is closer to b than to c."""
+    """The triplets as an int64 array (m, 3) of rows (a, b, c): a is closer to b than to c;
+    an odd-one-out's and a ranked grid's answers give the triplets they imply (the rule of
+    ``app.learning.shapes``)."""
     return Response(
         service.npy_bytes(service.triplets_array(db, project)),
         media_type="application/octet-stream",
         headers={"Content-Disposition": f'attachment; filename="{project.slug}-triplets.npy"'},
+    )
+
+
+@router.get("/{shape}.npy", response_class=Response)
+def export_shape_npy(project: OwnedProject, db: SessionDep, shape: str) -> Response:
+    """The answers of one shape as given, for tools that model the shape: ``odd_one_out``
+    (rows i, j, odd: the odd one last), ``{n}-rank-{k}`` such as ``8-rank-2`` (rows of the
+    anchor, the k picks in order, the unpicked candidates) or ``triplet``; int64."""
+    return Response(
+        service.npy_bytes(service.shape_array(db, project, shape)),
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": f'attachment; filename="{project.slug}-{shape}.npy"'},
     )

@@ -85,7 +85,7 @@ def read_details(
 
     lost = {
         "objects": project.n_objects,
-        "answers": counts["triplet"] + counts["pair"],
+        "answers": sum(counts.values()),
         "participants": rows(Participant),
         "models": rows(Model),
         "jobs": rows(Job),

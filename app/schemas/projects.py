@@ -64,6 +64,8 @@ class ProjectStats(ProjectPublic):
     n_answers: int
     n_triplets: int
     n_pairs: int
+    n_odd_one_out: int = Field(default=0, description="Odd-one-out answers.")
+    n_rank: int = Field(default=0, description="Ranked-grid answers.")
     n_participants: int
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -18,8 +19,9 @@ from app.db.models import Answer, Object, Participant, Project, utcnow
 from app.db.session import begin_write
 from app.db.statistics import analyze_after_bulk
 from app.errors import InvalidInput
+from app.learning.shapes import Shape
 from app.learning.triplets import check_triplets
-from app.services import imports
+from app.services import imports, shaped
 from app.services.csv_io import read_csv, safe_cell
 from app.services.import_chunks import answers_json, insert_answers
 from app.services.projects import lock_project
@@ -27,8 +29,10 @@ from app.services.projects import lock_project
 EXPORT_COLUMNS = (
     "id", "kind", "a", "b", "c", "outcome", "a_name", "b_name", "c_name", "source", "strategy",
     "participant_id", "participant", "flagged", "reliability", "session_id", "server_ms",
-    "client_ms", "position", "created_at",
+    "client_ms", "position", "created_at", "shape", "objects", "choice",
 )  # fmt: skip
+# The columns read from the database; shape, objects and choice are made from them.
+_READ_COLUMNS = (*EXPORT_COLUMNS[:-3], "objects", "choice", "choices")
 MAX_INDEX = 2**31 - 1  # the largest object index a CSV may name
 
 
@@ -136,6 +140,11 @@ def parse_answers_csv(file: BinaryIO) -> tuple[list[list[int]], list[list[int]]]
                         "or 1 (b better)"
                     )
                 pairs.append([_index(row, a, "a"), _index(row, b, "b"), value])
+            elif row[kind] in ("odd_one_out", "rank"):
+                raise ValueError(
+                    f"{row[kind]} answers cannot be imported (triplets and pairs can: the "
+                    "triplets a shaped study implies are GET …/answers/triplets.npy)"
+                )
             else:
                 raise ValueError(f"kind must be 'triplet' or 'pair', got {row[kind][:40]!r}")
         except ValueError as error:
@@ -167,6 +176,7 @@ def _export_statement(project: Project):  # type: ignore[no-untyped-def]
         Answer.participant_id, Participant.external_id, Participant.flagged,
         Participant.reliability, Answer.session_id,
         Answer.server_ms, Answer.client_ms, Answer.position, Answer.created_at,
+        Answer.objects, Answer.choice, Answer.choices,
     ).where(Answer.project_id == project.id, imports.visible_answers())  # fmt: skip
     for alias, column in zip(names, (Answer.a, Answer.b, Answer.c), strict=True):
         statement = statement.outerjoin(
@@ -177,10 +187,26 @@ def _export_statement(project: Project):  # type: ignore[no-untyped-def]
 
 
 def iter_answer_rows(db: Session, project: Project) -> Iterator[dict]:
+    """Every answer as a row of :data:`EXPORT_COLUMNS`: ``shape`` names it (``triplet``,
+    ``pair``, ``odd_one_out``, ``8-rank-2``), ``objects`` lists its objects as shown (the
+    anchor first; a triplet's ``[a, b, c]``, a pair's ``[a, b]``) and ``choice`` is the
+    chosen object (triplet, odd-one-out's odd one), the outcome (pair) or the picks in
+    order (rank)."""
     for row in db.execute(_export_statement(project)):
-        record = dict(zip(EXPORT_COLUMNS, row, strict=True))
+        record = dict(zip(_READ_COLUMNS, row, strict=True))
         record["created_at"] = record["created_at"].isoformat()
         record["flagged"] = bool(record["flagged"]) if record["participant_id"] else False
+        kind, objects, choices = record["kind"], record.pop("objects"), record.pop("choices")
+        stored_choice = record.pop("choice")
+        record["shape"] = shaped.label(kind, objects, choices)
+        if kind == "triplet":
+            record["objects"] = [record["a"], record["b"], record["c"]]
+            record["choice"] = record["b"]
+        elif kind == "pair":
+            record["objects"], record["choice"] = [record["a"], record["b"]], record["outcome"]
+        else:
+            record["objects"] = shaped.listed(objects)
+            record["choice"] = shaped.listed(choices) if kind == "rank" else stored_choice
         yield record
 
 
@@ -209,7 +235,9 @@ def stream_csv(db: Session, project: Project) -> Iterator[bytes]:
     writer = csv.DictWriter(out, fieldnames=EXPORT_COLUMNS, lineterminator="\r\n")
     writer.writeheader()
     for count, record in enumerate(iter_answer_rows(db, project), start=1):
-        writer.writerow({k: safe_cell(v) for k, v in record.items()})
+        writer.writerow(
+            {k: json.dumps(v) if isinstance(v, list) else safe_cell(v) for k, v in record.items()}
+        )
         if count % 2000 == 0:
             yield out.getvalue().encode()
             out.seek(0)
@@ -218,20 +246,65 @@ def stream_csv(db: Session, project: Project) -> Iterator[bytes]:
 
 
 def triplets_array(db: Session, project: Project) -> np.ndarray:
-    """Every triplet answer as an int array (m, 3) of rows (a, b, c), in answer order.
+    """The triplets of every answer as an int array (m, 3) of rows (a, b, c), in answer
+    order: a triplet answer's own, and those an odd-one-out or a ranked grid implies
+    (``app.learning.shapes.implied_triplets``, the rule training reads them by).
 
     Gold questions are left out, as training leaves them out (app/training/data.py): they
     are attention checks, not data, and an identity check's row (a, a, c) is no triplet in
     the format of app.learning and cblearn, whose checkers refuse it. The JSON and CSV
     exports keep them, marked with their strategy."""
     rows = db.execute(
-        select(Answer.a, Answer.b, Answer.c)
-        .where(Answer.project_id == project.id, Answer.kind == "triplet")
+        select(Answer.kind, Answer.a, Answer.b, Answer.c, Answer.objects, Answer.choices)
+        .where(Answer.project_id == project.id, Answer.kind != "pair")
         .where((Answer.strategy.is_(None)) | (Answer.strategy != "gold"))
         .where(imports.visible_answers())
         .order_by(Answer.id)
     ).all()
-    return np.asarray(rows, dtype=np.int64).reshape(-1, 3)
+    triplets = [triplet for row in rows for triplet in shaped.implied(*row)]
+    return np.asarray(triplets, dtype=np.int64).reshape(-1, 3)
+
+
+def shape_array(db: Session, project: Project, name: str) -> np.ndarray:
+    """The answers of one shape as they were given, for tools that model the shape itself,
+    as an int array in answer order (gold questions left out, as for triplets):
+
+    ``odd_one_out``: rows (i, j, odd), the two kept as shown, the odd one last (SPoSE's
+    order); ``{n}-rank-{k}`` (e.g. ``8-rank-2``): rows of n + 1, the anchor, the k picks in
+    order, then the unpicked candidates as shown (psiz's order of a rank trial's stimulus
+    set); ``triplet``: rows (anchor, chosen, other)."""
+    if name == "odd_one_out" or name == "triplet":
+        kind = name
+    elif (match := _RANK_NAME.fullmatch(name)) is not None:
+        kind = "rank"
+        n, k = int(match[1]), int(match[2])
+        try:
+            Shape("rank", n, k)
+        except ValueError as error:
+            raise InvalidInput(str(error)) from error
+    else:
+        raise InvalidInput(
+            f"unknown shape {name!r}: triplet, odd_one_out or n-rank-k (such as 8-rank-2)"
+        )
+    rows = db.execute(
+        select(Answer.a, Answer.b, Answer.c, Answer.objects, Answer.choices)
+        .where(Answer.project_id == project.id, Answer.kind == kind)
+        .where((Answer.strategy.is_(None)) | (Answer.strategy != "gold"))
+        .where(imports.visible_answers())
+        .order_by(Answer.id)
+    ).all()
+    if kind != "rank":
+        return np.asarray([row[:3] for row in rows], dtype=np.int64).reshape(-1, 3)
+    trials = []
+    for *_, objects, choices in rows:
+        shown, picks = shaped.listed(objects) or [], shaped.listed(choices) or []
+        if len(shown) == n + 1 and len(picks) == k:
+            rest = [o for o in shown[1:] if o not in picks]
+            trials.append([shown[0], *picks, *rest])
+    return np.asarray(trials, dtype=np.int64).reshape(-1, n + 1)
+
+
+_RANK_NAME = re.compile(r"([0-9])-rank-([0-9])")
 
 
 def npy_bytes(array: np.ndarray) -> bytes:

@@ -24,6 +24,7 @@ from app.db.models import (
 from app.db.session import begin_write
 from app.db.statistics import analyze_after_bulk
 from app.errors import Conflict, NotFound
+from app.learning.shapes import TYPES
 from app.schemas.plans import Plan
 from app.schemas.projects import ProjectCreate, ProjectStats, ProjectUpdate
 from app.services.imports import visible_answers
@@ -99,7 +100,7 @@ def count_answers(db: Session, project: Project) -> dict[str, int]:
         .group_by(Answer.kind)
     ).all()
     counts = {kind: n for kind, n in rows}
-    return {"triplet": counts.get("triplet", 0), "pair": counts.get("pair", 0)}
+    return {kind: counts.get(kind, 0) for kind in TYPES}
 
 
 def project_stats(db: Session, project: Project) -> ProjectStats:
@@ -112,9 +113,11 @@ def project_stats(db: Session, project: Project) -> ProjectStats:
     return ProjectStats.model_validate(
         {
             **{k: getattr(project, k) for k in ProjectStats.model_fields if hasattr(project, k)},
-            "n_answers": counts["triplet"] + counts["pair"],
+            "n_answers": sum(counts.values()),
             "n_triplets": counts["triplet"],
             "n_pairs": counts["pair"],
+            "n_odd_one_out": counts["odd_one_out"],
+            "n_rank": counts["rank"],
             "n_participants": n_participants or 0,
         }
     )
@@ -135,7 +138,7 @@ def delete_project(db: Session, project: Project, *, force: bool) -> None:
     """
     lock_project(db, project)
     counts = count_answers(db, project)
-    n_answers = counts["triplet"] + counts["pair"]
+    n_answers = sum(counts.values())
     if n_answers and not force:
         raise Conflict(
             f"project {project.slug!r} holds {n_answers} answers; export them first, "

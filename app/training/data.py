@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.db.models import Answer, Model, Object, Participant, Project
+from app.services import shaped
 from app.services.imports import visible_answers, visible_objects
 
 
@@ -17,7 +18,9 @@ from app.services.imports import visible_answers, visible_objects
 class TrainingData:
     """A project's comparisons and object attributes.
 
-    ``triplets`` rows (a, b, c): a is closer to b than to c. ``pairs`` rows (a, b, outcome)
+    ``triplets`` rows (a, b, c): a is closer to b than to c; an odd-one-out's or a ranked
+    grid's answer gives the triplets it implies (``app.learning.shapes.implied_triplets``),
+    each with its answer's id, participant and side. ``pairs`` rows (a, b, outcome)
     with outcome −1 (a better), 0 (about the same), 1 (b better). ``labels`` holds None for
     unlabelled objects; ``targets`` NaN for objects without a target; ``features`` is None
     unless every object has a feature vector.
@@ -64,7 +67,7 @@ def load_training_data(
     """
     statement = (
         select(Answer.id, Answer.kind, Answer.a, Answer.b, Answer.c, Answer.outcome)
-        .add_columns(Answer.participant_id, Answer.position)
+        .add_columns(Answer.participant_id, Answer.position, Answer.objects, Answer.choices)
         .where(Answer.project_id == project.id, visible_answers())
         .where((Answer.strategy.is_(None)) | (Answer.strategy != "gold"))
         .order_by(Answer.id)
@@ -78,11 +81,23 @@ def load_training_data(
         )
     rows = db.execute(statement).all()
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-    triplets = np.array([(r[2], r[3], r[4]) for r in rows if r[1] == "triplet"], dtype=np.intp)
+    # Every answer but a pair gives its triplets by the one rule (app.learning.shapes): a
+    # triplet its own row, an odd-one-out two, an n-rank-k grid k·n − k(k−1)/2; each
+    # triplet carries its answer's id, participant and side.
+    implied = [
+        (r, triplet)
+        for r in rows
+        if r[1] != "pair"
+        for triplet in shaped.implied(*r[1:5], *r[8:10])
+    ]
+    triplets = np.array([triplet for _, triplet in implied], dtype=np.intp)
     pairs = np.array([(r[2], r[3], r[5]) for r in rows if r[1] == "pair"], dtype=np.intp)
 
     def column(kind: str, index: int, missing: int) -> np.ndarray:
-        values = [missing if r[index] is None else r[index] for r in rows if r[1] == kind]
+        if kind == "triplet":
+            values = [missing if r[index] is None else r[index] for r, _ in implied]
+        else:
+            values = [missing if r[index] is None else r[index] for r in rows if r[1] == kind]
         return np.array(values, dtype=np.int64)
 
     objects = db.execute(
