@@ -1,14 +1,10 @@
 """Questions of every shape on the worker page (issue 34): odd-one-out as three tiles, ranked
-grids picked in order, at phone and desktop widths, answered by mouse and by keys.
-
-Each test runs twice: against the real server (``served``: the plan asks for the shape, the
-stored answers are read back from the researcher API) and against the worker API's contract
-played by the page's own routes (``stubbed``: the exact questions are fixed, so the layout of
-every case is seen, and the page is tested apart from the server).
-"""
+grids picked in order, at phone and desktop widths, answered by tap/click and by keys, against
+the real server: the plan asks for the shape, and the answers it stored are read back."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,49 +71,10 @@ def shot(page: Any, path: Path) -> None:
         page.screenshot(path=str(path.with_name(path.stem + "-screen.png")))
 
 
-class Stub:
-    """The worker API's shaped questions, played by the page's routes: ``questions`` are
-    ``(kind, object indices, k)``, shown in order; the answers the page sends are kept."""
-
-    def __init__(self, server: Server, slug: str, questions: list[tuple[str, list[int], int]]):
-        data = server.api.get(f"/api/projects/{slug}/objects").json()["data"]
-        fields = ("index", "name", "text", "image_url")
-        self.objects = {o["index"]: {f: o[f] for f in fields} for o in data}
-        self.questions = questions
-        self.sent: list[dict[str, Any]] = []
-
-    def next_body(self) -> dict[str, Any]:
-        i = len(self.sent)
-        if i >= len(self.questions):
-            return {"done": True, "completion_code": "STUB-CODE"}
-        kind, indices, k = self.questions[i]
-        query = {
-            "token": f"stub-{i}",
-            "kind": kind,
-            "objects": [self.objects[j] for j in indices],
-            "position": i + 1,
-            "total": len(self.questions),
-        }
-        if kind == "rank":
-            query["k"] = k
-        return {"query": query}
-
-    def install(self, page: Any) -> None:
-        def answers(route: Any) -> None:
-            self.sent.append(route.request.post_data_json)
-            n, total = len(self.sent), len(self.questions)
-            reply = {"answered": n, "total": total, "done": n >= total, "next": self.next_body()}
-            route.fulfill(status=201, json=reply)
-
-        page.route("**/api/w/sessions/*/next", lambda route: route.fulfill(json=self.next_body()))
-        page.route("**/api/w/sessions/*/answers", answers)
-
-
 def shape_project(
-    server: Server, objects: str, shape: dict[str, Any] | None, count: int, prefix: str
+    server: Server, objects: str, shape: dict[str, Any], count: int, prefix: str
 ) -> str:
-    """A project of ``objects`` (images, texts, long texts) asking ``shape`` (None: the
-    stub asks it, the server's plan asks plain triplets)."""
+    """A project of ``objects`` (images, texts, long texts) asking ``count`` of ``shape``."""
     kwargs: dict[str, Any] = {"images": IMAGES} if objects == "images" else {}
     if objects == "texts":
         kwargs["objects"] = TEXTS
@@ -129,6 +86,7 @@ def shape_project(
 def stored(server: Server, slug: str) -> list[tuple[str, list[int], Any]]:
     """The answers the server stored: (shape, objects as shown, choice), oldest first."""
     rows = server.answers(slug)
+    assert all(row["client_ms"] is not None and row["client_ms"] >= 0 for row in rows)
     return [(row["kind"], list(row["objects"]), row["choice"]) for row in rows]
 
 
@@ -144,18 +102,11 @@ def fits(page: Any, width: int) -> None:
 
 
 @pytest.mark.parametrize("width", [390, 1280])
-@pytest.mark.parametrize("backend", ["stubbed", "served"])
 def test_odd_one_out_three_equal_tiles_by_mouse_and_keys(
-    server: Server, page: Any, artifacts: Path, width: int, backend: str
+    server: Server, page: Any, artifacts: Path, width: int
 ):
-    questions = [("odd_one_out", [0, 1, 2], 0), ("odd_one_out", [3, 4, 5], 0)]
-    questions += [("odd_one_out", [6, 7, 8], 0), ("odd_one_out", [9, 10, 11], 0)]
-    shape = {"type": "odd_one_out"} if backend == "served" else None
-    slug = shape_project(server, "images", shape, 4, "odd")
-    stub = Stub(server, slug, questions) if backend == "stubbed" else None
-    if stub:
-        stub.install(page)
-    shown = start(page, server.page_url(slug, f"participant=odd-{backend}-{width}"))
+    slug = shape_project(server, "images", {"type": "odd_one_out"}, 4, "odd")
+    shown = start(page, server.page_url(slug, f"participant=odd-{width}"))
     answers = []  # (objects as shown, the odd one)
     for number, how in enumerate(["click 2", "key 3", "click 1", "key 1"]):
         assert shown is not None and shown["kind"] == "odd_one_out"
@@ -183,11 +134,7 @@ def test_odd_one_out_three_equal_tiles_by_mouse_and_keys(
         answers.append((shown["indices"], shown["indices"][int(slot) - 1]))
         shown = wait_ready(page, shown["token"])
     assert shown is None
-    if stub:
-        assert [a["choice"] for a in stub.sent] == [odd for _, odd in answers]
-        assert all(a["client_ms"] >= 0 for a in stub.sent)
-    else:
-        assert stored(server, slug) == [("odd_one_out", objs, odd) for objs, odd in answers]
+    assert stored(server, slug) == [("odd_one_out", objs, odd) for objs, odd in answers]
 
 
 # ---- ranked grid ----------------------------------------------------------------------
@@ -229,19 +176,12 @@ def submit_state(page: Any) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("width", [360, 390, 1280])
-@pytest.mark.parametrize("backend", ["stubbed", "served"])
 def test_ranked_grid_picks_in_order_undoes_and_submits(
-    server: Server, page: Any, artifacts: Path, width: int, backend: str
+    server: Server, page: Any, artifacts: Path, width: int
 ):
     phone = page.phone
-    questions = [("rank", [0, 1, 2, 3, 4, 5, 6, 7, 8], 2), ("rank", [9, 8, 7, 6, 5, 4, 3, 2, 1], 2)]
-    questions.append(("rank", [10, 11, 0, 1, 2, 3, 4, 5, 6], 2))
-    shape = {"type": "rank", "n": 8, "k": 2} if backend == "served" else None
-    slug = shape_project(server, "images", shape, 3, "grid")
-    stub = Stub(server, slug, questions) if backend == "stubbed" else None
-    if stub:
-        stub.install(page)
-    shown = start(page, server.page_url(slug, f"participant=grid-{backend}-{width}"))
+    slug = shape_project(server, "images", {"type": "rank", "n": 8, "k": 2}, 3, "grid")
+    shown = start(page, server.page_url(slug, f"participant=grid-{width}"))
     expected = []  # (objects as shown, the chosen candidates' indices in order)
 
     # 1. By mouse: pick 3 then 5; undo 3 (5 becomes the first); pick 7; submit.
@@ -273,8 +213,7 @@ def test_ranked_grid_picks_in_order_undoes_and_submits(
     tap(page, tile(7))
     assert picked(page) == [5, 7]
     shot(page, artifacts / f"worker-grid-{width}-picked.png")
-    if stub:
-        assert stub.sent == []
+    assert server.answers(slug) == []
     tap(page, "#rank-submit")
     expected.append((shown["indices"], [shown["indices"][5], shown["indices"][7]]))
     shown = wait_ready(page, shown["token"])
@@ -308,22 +247,17 @@ def test_ranked_grid_picks_in_order_undoes_and_submits(
     expected.append((shown["indices"], [shown["indices"][8], shown["indices"][6]]))
     assert wait_ready(page, shown["token"]) is None
 
-    if stub:
-        assert [a["choice"] for a in stub.sent] == [choice for _, choice in expected]
-        assert all(a["client_ms"] >= 0 for a in stub.sent)
-    else:
-        assert stored(server, slug) == [("rank", objs, choice) for objs, choice in expected]
+    assert stored(server, slug) == [("rank", objs, choice) for objs, choice in expected]
 
 
 @pytest.mark.parametrize("width", [360, 1280])
-def test_ranked_grid_of_texts_and_a_short_grid(
+def test_ranked_grids_of_texts_5_rank_3_and_3_rank_1(
     server: Server, page: Any, artifacts: Path, width: int
 ):
-    """Text objects (a long word among them) in a 5-rank-3 grid and in a 3-rank-1 grid."""
-    slug = shape_project(server, "long", None, 2, "textgrid")
-    stub = Stub(server, slug, [("rank", [0, 1, 2, 3, 4, 5], 3), ("rank", [5, 2, 3, 4], 1)])
-    stub.install(page)
+    """Text objects (a long word among them) in a 5-rank-3 grid, then in a 3-rank-1 grid."""
+    slug = shape_project(server, "long", {"type": "rank", "n": 5, "k": 3}, 1, "textgrid")
     shown = start(page, server.page_url(slug, f"participant=texts-{width}"))
+    assert shown is not None and len(shown["indices"]) == 6
     assert page.locator("#question img").count() == 0
     assert columns(page) == (2 if page.phone else 3)  # five: 3 + 2 rather than 4 + 1
     fits(page, width)
@@ -332,7 +266,13 @@ def test_ranked_grid_of_texts_and_a_short_grid(
     assert picked(page) == [5, 3, 1]
     shot(page, artifacts / f"worker-grid-texts-{width}.png")
     page.keyboard.press("Enter")
-    shown = wait_ready(page, shown["token"])
+    assert wait_ready(page, shown["token"]) is None
+    picks = [shown["indices"][slot] for slot in (5, 3, 1)]
+    assert stored(server, slug) == [("rank", shown["indices"], picks)]
+
+    slug = shape_project(server, "long", {"type": "rank", "n": 3, "k": 1}, 1, "textgrid")
+    shown = start(page, server.page_url(slug, f"participant=short-{width}"))
+    assert shown is not None and len(shown["indices"]) == 4
     assert page.text_content("#question-wording") == "Which one is most similar to the top one?"
     assert columns(page) == (2 if page.phone else 3)
     fits(page, width)
@@ -340,19 +280,50 @@ def test_ranked_grid_of_texts_and_a_short_grid(
     shot(page, artifacts / f"worker-grid-3-rank-1-{width}.png")
     tap(page, "#rank-submit")
     assert wait_ready(page, shown["token"]) is None
-    assert [a["choice"] for a in stub.sent] == [[5, 3, 1], [3]]
+    assert stored(server, slug) == [("rank", shown["indices"], [shown["indices"][2]])]
 
 
 @pytest.mark.parametrize("width", [360])
 def test_odd_one_out_of_texts_at_360(server: Server, page: Any, artifacts: Path):
-    slug = shape_project(server, "long", None, 2, "oddtext")
-    stub = Stub(server, slug, [("odd_one_out", [0, 2, 3], 0), ("odd_one_out", [1, 4, 5], 0)])
-    stub.install(page)
+    slug = shape_project(server, "long", {"type": "odd_one_out"}, 2, "oddtext")
     shown = start(page, server.page_url(slug, "participant=odd-texts"))
+    assert shown is not None
     fits(page, 360)
     shot(page, artifacts / "worker-odd-texts-360.png")
+    answers = [(shown["indices"], shown["indices"][1])]
     page.keyboard.press("2")
     shown = wait_ready(page, shown["token"])
+    assert shown is not None
+    answers.append((shown["indices"], shown["indices"][2]))
     tap(page, '#question .odd-tiles button[data-slot="3"]')
     assert wait_ready(page, shown["token"]) is None
-    assert [a["choice"] for a in stub.sent] == [2, 5]
+    assert stored(server, slug) == [("odd_one_out", objs, odd) for objs, odd in answers]
+
+
+@pytest.mark.parametrize("width", [1280])
+def test_answer_time_runs_from_the_last_image_loaded(server: Server, page: Any, width: int):
+    """One image of a grid arrives 2 s late: the question appears with it, and the time of the
+    answer given at once is counted from then, not from when the question was asked."""
+    slug = shape_project(server, "images", {"type": "rank", "n": 8, "k": 2}, 1, "timing")
+    late = []
+
+    def one_late(route: Any) -> None:
+        if not late:
+            late.append(route.request.url)
+            time.sleep(2.0)
+        route.continue_()
+
+    page.context.route("**/media/**", one_late)
+    page.goto(server.page_url(slug, "participant=timing"))
+    asked = time.monotonic()
+    page.click("#start")
+    shown = wait_ready(page)
+    assert shown is not None and page.evaluate(
+        "[...document.querySelectorAll('#question img')].every(i => i.complete && i.naturalWidth)"
+    )
+    for key in ["1", "2", "Enter"]:
+        page.keyboard.press(key)
+    assert wait_ready(page, shown["token"]) is None
+    waited_ms = (time.monotonic() - asked) * 1000
+    (row,) = server.answers(slug)
+    assert waited_ms > 2000 and row["client_ms"] < 1000, (waited_ms, row["client_ms"])
