@@ -203,6 +203,12 @@ def test_ranked_grid_picks_in_order_undoes_and_submits(
     tap(page, tile(3))
     tap(page, tile(5))
     assert picked(page) == [3, 5]
+    page.wait_for_function(  # said to a screen reader, too
+        "() => document.getElementById('announce').textContent.startsWith('2nd: ')"
+        " && document.getElementById('announce').textContent.includes('All picked')"
+    )
+    hints = page.locator("#question .key-hint").first
+    assert hints.is_visible() != phone, "key hints on a desktop, none on a touch screen"
     assert submit_state(page) == ("false", "Submit")
     tap(page, tile(1))  # a third pick is refused while two are chosen
     assert picked(page) == [3, 5]
