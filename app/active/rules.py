@@ -23,6 +23,7 @@ REVIEW_EVERY = 5  # the participant's quality is reviewed after every 5th answer
 REPEAT_WINDOW = 256  # a repeat is one of the session's last 256 answered questions
 DRAW_RANGE = 2**31  # a repeat's pick: 0 <= draw < DRAW_RANGE, the same arithmetic in SQL
 MOST_SHOWN = 10  # objects a question shows at most (a ranked grid: the anchor and 9)
+_DIGITS = "0123456789"  # MOST_SHOWN of them: a shown order's keys, one character each
 SHAPED = ("odd_one_out", "rank")  # the kinds whose objects are listed and shown shuffled
 
 
@@ -33,7 +34,8 @@ class Draws:
     A counter-based generator: the words of a hash of (the plan's seed, the session,
     ``answered``), so a replay draws the same, whichever server process serves the session.
     numpy's ``default_rng`` gave the same guarantee but took 14 us to seed (44-66 us in the
-    server under load); this takes under 1 us. A question takes at most three draws.
+    server under load); this takes under 1 us. A question takes at most three draws, and a
+    shaped question's order (:meth:`order`) the fourth word.
     """
 
     __slots__ = ("_words",)
@@ -52,16 +54,30 @@ class Draws:
         """Uniform in [0, high), by multiply and shift (bias under high / 2**64)."""
         return (self._words.pop() * high) >> 64
 
+    def order(self) -> str:
+        """The order a shaped question's objects are shown in: a permutation of
+        ``range(MOST_SHOWN)`` as digits, the sort key of position ``i`` the ``i``-th (see
+        :func:`shown_order`). Drawn from the first word, which the draws above never reach
+        (they take three at most), by Fisher–Yates with the word as a mixed-radix number
+        (10! < 2**22 of its 64 bits)."""
+        keys = list(_DIGITS)
+        word = self._words[0]
+        for i in range(MOST_SHOWN - 1, 0, -1):
+            word, j = divmod(word, i + 1)
+            keys[i], keys[j] = keys[j], keys[i]
+        return "".join(keys)
+
 
 @dataclass(frozen=True, slots=True)
 class NextQuestion:
     """What a session is asked after ``answered`` answers: nothing (``done``: its quota is
-    reached), a repeat picked by ``repeat_draw``, or a question of the pool; ``swap``: the
-    order shown (see :func:`shown_order`)."""
+    reached), a repeat picked by ``repeat_draw``, or a question of the pool; ``swap`` and,
+    for a shaped question, ``order``: the order shown (see :func:`shown_order`)."""
 
     done: bool
     repeat_draw: int | None
     swap: bool
+    order: str = _DIGITS
 
     @property
     def from_pool(self) -> bool:
@@ -71,33 +87,20 @@ class NextQuestion:
 
 
 def next_question(
-    seed: int, repeat_rate: float, session_id: str, answered: int, total: int
+    seed: int, repeat_rate: float, session_id: str, answered: int, total: int, shaped: bool = False
 ) -> NextQuestion:
     """The decision for the session's question after ``answered`` of its ``total`` answers,
-    under a plan of ``seed`` and ``repeat_rate``."""
+    under a plan of ``seed`` and ``repeat_rate``; the order a shaped question is shown in is
+    drawn when the plan asks ``shaped`` questions (otherwise the objects' own order: the
+    draw costs a few microseconds a triplet never needs)."""
     if answered >= total:
         return NextQuestion(done=True, repeat_draw=None, swap=False)
     rng = Draws(seed, session_id, answered)
+    order = rng.order() if shaped else _DIGITS
     repeat_draw = None
     if repeat_rate > 0 and answered >= MIN_ANSWERS_BEFORE_REPEAT and rng.random() < repeat_rate:
         repeat_draw = rng.integers(DRAW_RANGE)
-    return NextQuestion(done=False, repeat_draw=repeat_draw, swap=rng.random() < 0.5)
-
-
-def shuffle(seed: int, session_id: str, answered: int) -> tuple[int, ...]:
-    """The sort keys of a shaped question's objects for the session's question after
-    ``answered`` answers: a permutation of ``range(MOST_SHOWN)``, drawn like :class:`Draws`
-    (its own hash), so a replay shows the same order. Object ``i`` of the question's
-    canonical list sorts by key ``i`` (see :func:`shown_order`)."""
-    session_number = int(session_id.replace("-", "")[:8], 16)
-    key = struct.pack("<3q", seed, session_number, answered)
-    digest = hashlib.blake2b(key, digest_size=2 * MOST_SHOWN, person=b"tripletlab-order").digest()
-    words = struct.unpack(f"<{MOST_SHOWN}H", digest)
-    ranks = sorted(range(MOST_SHOWN), key=lambda i: (words[i], i))
-    keys = [0] * MOST_SHOWN
-    for rank, i in enumerate(ranks):
-        keys[i] = rank
-    return tuple(keys)
+    return NextQuestion(done=False, repeat_draw=repeat_draw, swap=rng.random() < 0.5, order=order)
 
 
 def shown_order(
@@ -107,11 +110,12 @@ def shown_order(
     o3: int | None,
     swap: bool,
     objects: Sequence[int] | None = None,
-    keys: Sequence[int] = (),
+    keys: Sequence[int] | str = _DIGITS,
 ) -> tuple[int, ...]:
     """The objects in the order shown: a triplet's anchor first and its candidates swapped
     or not; a pair swapped or not; an odd-one-out's three (``objects``) sorted by their
-    ``keys`` (:func:`shuffle`), a ranked grid's anchor first and its candidates so sorted."""
+    ``keys`` (``NextQuestion.order``: object ``i`` by key ``i``), a ranked grid's anchor
+    first and its candidates so sorted."""
     if kind in SHAPED:
         assert objects is not None
         fixed = 1 if kind == "rank" else 0

@@ -214,6 +214,12 @@ class Plan(BaseModel):
         "is kept; POST …/pause, …/resume and …/stop change it.",
     )
 
+    @property
+    def shaped(self) -> bool:
+        """Whether a strategy asks odd-one-outs or ranked grids (gold_rate's identity
+        checks then take that shape too)."""
+        return any(s.shape is not None and s.shape.type != "triplet" for s in self.strategies)
+
 
 class WorkerLinks(BaseModel):
     worker_url: str

@@ -46,7 +46,12 @@ REPO = Path(__file__).resolve().parents[2]
 # The data file's columns, described once: the CSV's header and ``variableMeasured``.
 COLUMNS = (
     ("answer_id", "The answer's number in this study (its order of arrival)."),
-    ("kind", "triplet (which of b and c is closer to a) or pair (is a or b better)."),
+    (
+        "kind",
+        "triplet (which of b and c is closer to a), pair (is a or b better), "
+        "odd_one_out (which of three does not belong) or rank (the k of n candidates most "
+        "similar to a, in order).",
+    ),
     ("a", "Triplet: the anchor's object index. Pair: the left object's index."),
     ("b", "Triplet: the candidate chosen as closer to a. Pair: the right object's index."),
     ("c", "Triplet: the candidate not chosen. Pair: empty."),
@@ -64,6 +69,12 @@ COLUMNS = (
     ("client_ms", "Milliseconds from showing the question to the answer (the browser's)."),
     ("server_ms", "Milliseconds the server took to store the answer."),
     ("created_at", "When the answer was stored (UTC, ISO 8601)."),
+    (
+        "objects",
+        "Odd-one-out and rank: every object shown, in the order shown (JSON; a "
+        "rank's anchor first). Odd-one-out: a and b are the two kept, c the odd one.",
+    ),
+    ("choices", "Rank: the candidates picked, in order (JSON); b is the first."),
     ("excluded", "Whether the answer is left out of the models (see exclusion_reason)."),
     ("exclusion_reason", "Why: an attention check, and/or its participant flagged (and why)."),
 )
@@ -128,7 +139,7 @@ def _answer_rows(db: Session, project: Project) -> Iterator[dict[str, Any]]:
         names[0].name, names[1].name, names[2].name, Answer.position, Answer.source,
         Answer.strategy, Answer.gold_correct, Answer.consistent, Answer.participant_id,
         Answer.session_id, Answer.client_ms, Answer.server_ms, Answer.created_at,
-        Participant.flagged, Participant.flag_reason,
+        Answer.objects, Answer.choices, Participant.flagged, Participant.flag_reason,
     ).where(Answer.project_id == project.id, visible_answers())  # fmt: skip
     for alias, column in zip(names, (Answer.a, Answer.b, Answer.c), strict=True):
         statement = statement.outerjoin(
@@ -145,6 +156,9 @@ def _answer_rows(db: Session, project: Project) -> Iterator[dict[str, Any]]:
         if flagged:
             reasons.append(f"participant flagged: {flag_reason or 'by the researcher'}")
         record["created_at"] = record["created_at"].isoformat()
+        for name in ("objects", "choices"):
+            value = record[name]
+            record[name] = json.dumps(value) if isinstance(value, list) else value
         record["excluded"] = bool(reasons)
         record["exclusion_reason"] = "; ".join(reasons)
         yield record
@@ -248,6 +262,8 @@ def _study(
         "answers": n_rows,
         "triplets": counts["triplet"],
         "pairs": counts["pair"],
+        "odd_one_out": counts["odd_one_out"],
+        "rank": counts["rank"],
         "objects": n_objects,
     }
 

@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from app.db.models import Answer, Job, Model, Participant, Project, utcnow
 from app.db.session import begin_write
 from app.errors import AppError
+from app.learning.shapes import TYPES
 from app.schemas.plans import Plan
 from app.services.imports import visible_answers
 from app.services.quality import failures, kept_reliability_reasons, list_quality
@@ -57,7 +58,7 @@ def _crowd_answers(project: Project):  # type: ignore[no-untyped-def]
         select(func.count())
         .select_from(Answer)
         .where(Answer.project_id == project.id, Answer.participant_id.is_not(None))
-        .where(Answer.kind.in_(("triplet", "pair")), visible_answers())
+        .where(Answer.kind.in_(TYPES), visible_answers())  # every shape's answers count
         .where((Answer.strategy.is_(None)) | (Answer.strategy != "gold"))
     )
 

@@ -111,6 +111,7 @@ class Context:
     plan: Plan | None
     plan_json: str  # as the statement compares it with the project's own
     stored_plan: dict[str, Any] | None  # as stored (the plan's JSON, read)
+    shaped: bool = False  # the plan asks odd-one-outs or ranked grids (Plan.shaped)
 
 
 _contexts: dict[int, Context] = {}
@@ -135,8 +136,13 @@ def context(db: Session, project_id: int, fresh: bool = False) -> Context | None
         _contexts.pop(project_id, None)
         return None
     stored = plan[0]
+    validated = Plan.model_validate(stored) if stored else None
     found = _contexts[project_id] = Context(
-        project_id, Plan.model_validate(stored) if stored else None, json.dumps(stored), stored
+        project_id,
+        validated,
+        json.dumps(stored),
+        stored,
+        validated is not None and validated.shaped,
     )
     return found
 
@@ -151,7 +157,9 @@ def _params(
     is the session's number ``answered + 1``."""
     plan = ctx.plan
     assert plan is not None
-    decision = rules.next_question(plan.seed, plan.repeat_rate, session_id, answered + 1, 2**31)
+    decision = rules.next_question(
+        plan.seed, plan.repeat_rate, session_id, answered + 1, 2**31, ctx.shaped
+    )
     choice, picks = _choice(data.choice)
     return {
         "session": session_id,
@@ -161,7 +169,7 @@ def _params(
         "choice": choice,
         # A ranked grid's picks in order (JSON); the statement checks them (``picks_offered``)
         "picks": picks,
-        "order_keys": json.dumps(rules.shuffle(plan.seed, session_id, answered + 1)),
+        "order_keys": decision.order,
         "client_ms": data.client_ms,
         "code_hash": sessions.session_code_hash(session_id),
         "swap": decision.swap,
@@ -496,8 +504,9 @@ def _store_sqlite(db: Session, ctx: Context, answer: dict[str, Any]) -> Stored:
     if params["claim_next"] and not finished:
         question = pool.first_open(db, ctx.project_id, held.participant, params["max_views"])
         if question is not None:
-            keys = json.loads(params["order_keys"])
-            order = rules.shown_order(*question[1:5], params["swap"], _listed(question[5]), keys)
+            order = rules.shown_order(
+                *question[1:5], params["swap"], _listed(question[5]), params["order_keys"]
+            )
             shown = _issue(
                 db, ctx.project_id, answer["session"], held.participant, question, order,
                 False, params["issued_token"], session.answered, session.total, params["now"],
@@ -620,7 +629,9 @@ def _next_held(db: Session, work: Any) -> NextQuery | None:
         return NextQuery(wait=True, paused=paused, retry_after=PAUSED_SECONDS,
                          message=study_state.closed_message(work))  # fmt: skip
     plan = Plan.model_validate(work.plan)
-    decision = rules.next_question(plan.seed, plan.repeat_rate, work.id, work.answered, work.total)
+    decision = rules.next_question(
+        plan.seed, plan.repeat_rate, work.id, work.answered, work.total, plan.shaped
+    )
     now = utcnow()
     token = rules.query_token(work.project_id, work.answered)
     if decision.done:
@@ -644,8 +655,7 @@ def _next_held(db: Session, work: Any) -> NextQuery | None:
     question = pool.first_open(db, work.project_id, work.participant_id, plan.max_object_views)
     if question is None:
         return None
-    keys = rules.shuffle(plan.seed, work.id, work.answered)
-    order = rules.shown_order(*question[1:5], decision.swap, _listed(question[5]), keys)
+    order = rules.shown_order(*question[1:5], decision.swap, _listed(question[5]), decision.order)
     shown = _issue(db, work.project_id, work.id, work.participant_id, question, order, False,
                    token, work.answered, work.total, now)  # fmt: skip
     return NextQuery(query=shown)

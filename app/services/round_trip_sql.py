@@ -53,23 +53,36 @@ def lease_running(query: str, now: str = "CAST(:now AS TIMESTAMPTZ)") -> str:
     return f"{query}.status = 'issued' AND {query}.expires_at > {now}"
 
 
-def views_left(participant: str, question: str) -> str:
-    """Each object of ``question`` was shown to ``participant`` fewer than the plan's
-    ``max_object_views`` times (``:max_views``; NULL: no cap)."""
+def _listed(column: str, alias: str, dialect: str) -> str:
+    """The object indices of the JSON list ``column`` (a shaped question's or query's
+    ``objects``; none for NULL), as rows of ``{alias}.value``."""
+    if dialect == "postgresql":
+        return f"""SELECT CAST({alias}.value AS INTEGER) FROM
+            json_array_elements_text({column}) AS {alias}(value)"""
+    return f"SELECT {alias}.value FROM json_each({column}) AS {alias}"
+
+
+def views_left(participant: str, question: str, dialect: str = "postgresql") -> str:
+    """Each object of ``question`` (its ``o1``…``o3`` and, shaped, every one of its
+    ``objects``) was shown to ``participant`` fewer than the plan's ``max_object_views``
+    times (``:max_views``; NULL: no cap), in any query (a shaped one shows its ``objects``)."""
     shown = " UNION ALL ".join(f"SELECT {question}.o{i} AS o" for i in (1, 2, 3))
+    listed = _listed(f"{question}.objects", "listed", dialect)
+    seen = _listed("viewed.objects", "seen", dialect)
     return f"""(CAST(:max_views AS INTEGER) IS NULL OR NOT EXISTS (
-        SELECT 1 FROM ({shown}) AS objects_of
+        SELECT 1 FROM ({shown} UNION ALL {listed}) AS objects_of
         WHERE objects_of.o IS NOT NULL AND (
             SELECT count(*) FROM queries AS viewed
             WHERE viewed.participant_id = {participant}
-              AND objects_of.o IN (viewed.o1, viewed.o2, viewed.o3)
+              AND (objects_of.o IN (viewed.o1, viewed.o2, viewed.o3)
+                   OR (viewed.objects IS NOT NULL AND objects_of.o IN ({seen})))
         ) >= CAST(:max_views AS INTEGER)))"""
 
 
-def askable(participant: str) -> str:
+def askable(participant: str, dialect: str = "postgresql") -> str:
     """An open question (``questions``) ``participant`` may be given now."""
     return f"""questions.is_open = true AND {not_seen(participant, "questions.id")}
-      AND {views_left(participant, "questions")}"""
+      AND {views_left(participant, "questions", dialect)}"""
 
 
 # The choice is one the query offered: a triplet's candidate, a pair's −1 / 0 / 1, one of an
@@ -356,12 +369,11 @@ def _shown(question: str, swap: str) -> str:
 
 def _shown_all(question: str, keys: str) -> str:
     """A shaped question's ``objects`` in the order shown (a JSON list; NULL for a triplet
-    or a pair), from the sort keys ``keys`` (a JSON list): ``app.active.rules.shown_order``
-    in SQL (PostgreSQL)."""
+    or a pair), from the sort keys ``keys`` (``NextQuestion.order``: one digit per object):
+    ``app.active.rules.shown_order`` in SQL (PostgreSQL)."""
     return f"""(SELECT json_agg(listed.value ORDER BY
-            CASE WHEN {question}.kind = 'rank' AND listed.ord = 1 THEN -1
-                 ELSE CAST(CAST({keys} AS JSON) ->> CAST(listed.ord - 1 AS INTEGER) AS INTEGER)
-            END)
+            CASE WHEN {question}.kind = 'rank' AND listed.ord = 1 THEN '-'
+                 ELSE substr({keys}, CAST(listed.ord AS INTEGER), 1) END)
         FROM json_array_elements({question}.objects) WITH ORDINALITY AS listed(value, ord))"""
 
 
@@ -523,7 +535,7 @@ OPEN_QUESTION = Statement(
     f"""SELECT questions.id, questions.kind, questions.o1, questions.o2, questions.o3,
         questions.objects, questions.k
     FROM questions
-    WHERE questions.project_id = :project AND {askable(":participant")}
+    WHERE questions.project_id = :project AND {askable(":participant", "sqlite")}
     ORDER BY questions.id LIMIT 1""",
 )
 LEASE = Statement(
@@ -539,13 +551,15 @@ QUERY = Statement(
         CAST(:expires AS TIMESTAMPTZ), CAST(:objects AS JSON), CAST(:k AS SMALLINT))
     RETURNING id"""
 )
+
+
 # A repeat: one of the session's last REPEAT_WINDOW answered questions (not gold) not asked
 # again yet, picked by ``:draw``: the candidate at ``draw * count // DRAW_RANGE`` in question
 # order, integer arithmetic both databases compute alike. The window is read first, alone,
 # through the session's index, newest first (over all the session's queries its cost grew
 # with the session: bench/results/repeat_draw.txt).
-REPEAT = Statement(
-    f"""WITH recent AS (
+def _repeat(dialect: str) -> str:
+    return f"""WITH recent AS (
         SELECT queries.question_id, queries.o2, queries.o3, queries.objects, queries.is_repeat
         FROM queries
         WHERE queries.session_id = CAST(:session AS VARCHAR) AND queries.status = 'answered'
@@ -559,10 +573,12 @@ REPEAT = Statement(
           AND NOT EXISTS (SELECT 1 FROM queries AS again
             WHERE again.participant_id = CAST(:participant AS INTEGER)
               AND again.question_id = recent.question_id AND again.is_repeat)
-          AND {views_left("CAST(:participant AS INTEGER)", "questions")})
+          AND {views_left("CAST(:participant AS INTEGER)", "questions", dialect)})
     SELECT * FROM candidates ORDER BY candidates.id
     LIMIT 1 OFFSET (SELECT CAST(:draw AS BIGINT) * count(*) / {DRAW_RANGE} FROM candidates)"""
-)
+
+
+REPEAT = Statement(_repeat("postgresql"), _repeat("sqlite"))
 OPEN_QUERY = Statement(
     f"""SELECT id, question_id, kind, o1, o2, o3, objects, k, token FROM queries
     WHERE queries.session_id = CAST(:session AS VARCHAR) AND {lease_running("queries")}

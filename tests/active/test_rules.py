@@ -91,3 +91,25 @@ def test_the_quality_review_comes_every_fifth_answer_and_at_the_end() -> None:
     due = [n for n in range(1, 23) if rules.review_due(n, finished=False)]
     assert due == [5, 10, 15, 20]
     assert rules.review_due(7, finished=True)
+
+
+def test_a_shaped_question_is_shown_in_a_drawn_order_a_replay_draws_again() -> None:
+    decisions = [rules.next_question(3, 0.0, SESSION, n, 1000, shaped=True) for n in range(300)]
+    assert decisions == [rules.next_question(3, 0.0, SESSION, n, 1000, True) for n in range(300)]
+    orders = [d.order for d in decisions]
+    assert all(sorted(order) == list("0123456789") for order in orders)
+    assert len(set(orders)) > 250  # 10! orders: nearly every one new
+    # The same draws for everything else: a triplet plan's questions are as before.
+    plain = [rules.next_question(3, 0.0, SESSION, n, 1000) for n in range(300)]
+    assert [(d.repeat_draw, d.swap) for d in plain] == [(d.repeat_draw, d.swap) for d in decisions]
+    assert {d.order for d in plain} == {"0123456789"}
+
+
+def test_shaped_orders_keep_a_grids_anchor_first_and_repeats_show_another_order() -> None:
+    grid = [7, 1, 2, 3, 4]
+    shown = rules.shown_order("rank", 7, 1, 2, False, grid, "9876543210")
+    assert shown == (7, 4, 3, 2, 1)
+    assert rules.repeat_order("rank", 7, 1, 4, 3, False, shown) == (7, 1, 2, 3, 4)
+    odd = rules.shown_order("odd_one_out", 1, 5, 9, True, [1, 5, 9], "2019999999")
+    assert odd == (5, 9, 1)
+    assert rules.repeat_order("odd_one_out", 1, 5, 9, 1, True, odd) == (1, 9, 5)

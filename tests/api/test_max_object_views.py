@@ -27,6 +27,23 @@ def test_no_object_is_shown_more_than_the_cap(client, auth_headers) -> None:  # 
         assert sum(views.values()) > 24
 
 
+def test_the_cap_counts_every_object_of_a_grid(client, auth_headers) -> None:  # type: ignore[no-untyped-def]
+    make_project(client, auth_headers, "gridcap")
+    make_objects(client, auth_headers, "gridcap", 14)
+    strategies = [
+        {"kind": "random", "shape": {"type": "rank", "n": 5, "k": 2}},
+        {"kind": "random", "shape": {"type": "odd_one_out"}},
+    ]
+    set_plan(client, auth_headers, "gridcap", strategies=strategies, queries_per_session=40,
+             repeat_rate=0.3, max_object_views=3)  # fmt: skip
+    session_id, headers = open_session(client, "gridcap", participant="grid")
+    asked = answer_all(client, session_id, headers)
+    views = shown_per_object(asked)
+    assert max(views.values()) <= 3, views
+    assert any(len(query["objects"]) == 6 for query in asked)
+    assert sum(views.values()) > 14
+
+
 def test_without_a_cap_objects_come_back(client, auth_headers) -> None:  # type: ignore[no-untyped-def]
     make_project(client, auth_headers, "nocap")
     make_objects(client, auth_headers, "nocap", 12)

@@ -108,3 +108,23 @@ def test_every_triplet_kind_trains_on_the_implied_triplets(db, shaped_study, kin
     assert spec.requirements(data, params) == []
     trained = spec.train(data, params, lambda fraction, text: None)
     assert trained.metrics
+
+
+def test_the_study_bundle_keeps_every_shape(client, auth_headers, shaped_study):
+    import zipfile
+
+    response = client.get("/api/projects/shapes-out/bundle.zip", headers=auth_headers)
+    assert response.status_code == 200, response.text
+    archive = zipfile.ZipFile(io.BytesIO(response.content))
+    name = next(n for n in archive.namelist() if n.endswith("_data.csv"))
+    table = list(csv.DictReader(io.StringIO(archive.read(name).decode())))
+    exported = client.get("/api/projects/shapes-out/answers", headers=auth_headers).json()
+    assert len(table) == len(exported) == 60
+    for row, answer in zip(table, exported, strict=True):
+        if answer["kind"] == "rank":
+            assert json.loads(row["objects"]) == answer["objects"]
+            assert json.loads(row["choices"]) == answer["choice"]
+        elif answer["kind"] == "odd_one_out":
+            assert json.loads(row["objects"]) == answer["objects"] and row["choices"] == ""
+        else:
+            assert row["objects"] == row["choices"] == ""
