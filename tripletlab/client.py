@@ -235,10 +235,11 @@ class Client:
         ``tripletlab simulate`` does: a pilot before the crowd, or a tutorial without one.
 
         They answer triplets from the objects' feature vectors (each answer flipped with
-        probability ``noise``) and pairs by the objects' ``target``; their answers are
-        stored with source ``simulated``. Returns the number of answers given (fewer when
-        the study has nothing more to ask). Objects without feature vectors, or an unknown
-        project, raise ``app.simulate.SimulationError``.
+        probability ``noise``), odd-one-outs and ranked grids from the same distances (a
+        random answer with probability ``noise``) and pairs by the objects' ``target``;
+        their answers are stored with source ``simulated``. Returns the number of answers
+        given (fewer when the study has nothing more to ask). Objects without feature
+        vectors, or an unknown project, raise ``app.simulate.SimulationError``.
         """
         from app.simulate import simulate
 
@@ -266,7 +267,8 @@ class Client:
         """Every answer, one row each: ``kind``, the objects ``a``, ``b``, ``c`` (a triplet
         ``(anchor, chosen, other)``; a pair ``(a, b)`` with ``outcome`` −1 / 0 / 1) and their
         names, ``source``, ``strategy``, participant, session, response times, ``flagged``,
-        ``created_at``."""
+        ``created_at``; ``shape``, ``objects`` as shown and ``choice`` (a ranked grid's picks
+        in order) for every shape."""
         pd = _pandas()
         rows = self._json("GET", f"/api/projects/{slug}/answers", params={"format": "json"})
         if not rows:  # the CSV export has its header even without rows: the same columns
@@ -287,6 +289,14 @@ class Client:
                 leaves them out; :meth:`answers` has them."""
         response = self.request("GET", f"/api/projects/{slug}/answers/triplets.npy")
         return np.load(io.BytesIO(response.content), allow_pickle=False).reshape(-1, 3)
+
+    def shape_answers(self, slug: str, shape: str) -> np.ndarray:
+        """One shape's answers as given, an int64 array: ``"odd_one_out"`` rows
+        ``(i, j, odd)``; ``"8-rank-2"`` (any ``n-rank-k``) rows of the anchor, the ``k``
+        picks in order and the unpicked candidates; gold questions left out
+        (``GET …/answers/{shape}.npy``). :meth:`triplets` has the triplets they imply."""
+        response = self.request("GET", f"/api/projects/{slug}/answers/{shape}.npy")
+        return np.load(io.BytesIO(response.content), allow_pickle=False)
 
     def import_answers(
         self,

@@ -206,3 +206,19 @@ def test_refusals_carry_the_status_and_the_detail(server: Server, client: Client
     with Client(server.base, "tl_not-a-key") as stranger, pytest.raises(Unauthorized) as denied:
         stranger.projects()
     assert denied.value.status_code == 401 and denied.value.detail
+
+
+def test_a_ranked_grid_study_from_python(client: Client):
+    client.create_project("grids", "Grids")
+    client.upload_objects("grids", [{"name": f"p{i}", "features": f} for i, f in
+                                    enumerate(FEATURES)])  # fmt: skip
+    plan = {"strategies": [{"kind": "random", "shape": {"type": "rank", "n": 4, "k": 2}}],
+            "queries_per_session": 10, "repeat_rate": 0}  # fmt: skip
+    client.set_plan("grids", plan)
+    assert client.simulate("grids", 20, workers=2, noise=0.0) == 20
+    answers = client.answers("grids")
+    assert set(answers["shape"]) == {"4-rank-2"}
+    assert all(len(choice) == 2 for choice in answers["choice"])
+    trials = client.shape_answers("grids", "4-rank-2")
+    assert trials.shape == (20, 5)
+    assert client.triplets("grids").shape == (20 * 5, 3)  # 3 + 2 triplets per answer
