@@ -333,3 +333,21 @@ def test_answer_time_runs_from_the_last_image_loaded(server: Server, page: Any, 
     waited_ms = (time.monotonic() - asked) * 1000
     (row,) = server.answers(slug)
     assert waited_ms > 2000 and row["client_ms"] < 1000, (waited_ms, row["client_ms"])
+
+
+@pytest.mark.parametrize("width", [360, 1280])
+def test_nine_candidates_9_rank_4_by_keys(server: Server, page: Any, artifacts: Path, width: int):
+    """The largest grid: nine candidates (3 × 3 on a desktop), key 9 included."""
+    slug = shape_project(server, "texts", {"type": "rank", "n": 9, "k": 4}, 1, "nine")
+    shown = start(page, server.page_url(slug, f"participant=nine-{width}"))
+    assert shown is not None and len(shown["indices"]) == 10
+    assert columns(page) == (2 if page.phone else 3)
+    fits(page, width)
+    for key in ["9", "1", "5", "7"]:
+        page.keyboard.press(key)
+    assert picked(page) == [9, 1, 5, 7]
+    shot(page, artifacts / f"worker-grid-9-rank-4-{width}.png")
+    page.keyboard.press("Enter")
+    assert wait_ready(page, shown["token"]) is None
+    picks = [shown["indices"][slot] for slot in (9, 1, 5, 7)]
+    assert stored(server, slug) == [("rank", shown["indices"], picks)]
