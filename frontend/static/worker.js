@@ -471,8 +471,38 @@
     root.append(hint, anchor.el, grid, bar);
   }
 
+  // A grid's picks outlive a reload of the tab (a phone's pull-to-refresh), per question.
+  function picksKey(query) {
+    return `tripletlab.picks.${query.token}`;
+  }
+  function savePicks() {
+    try {
+      window.sessionStorage.setItem(picksKey(state.query), JSON.stringify(state.picks));
+    } catch (_) {
+      /* no storage: the picks live as long as the page */
+    }
+  }
+  function forgetPicks(query) {
+    try {
+      window.sessionStorage.removeItem(picksKey(query));
+    } catch (_) {
+      /* nothing was kept */
+    }
+  }
+  function savedPicks(query) {
+    try {
+      const saved = JSON.parse(window.sessionStorage.getItem(picksKey(query)) || "[]");
+      const shown = new Set(query.objects.slice(1).map((o) => o.index));
+      const picks = Array.isArray(saved) ? saved.filter((i) => shown.has(i)) : [];
+      return [...new Set(picks)].slice(0, query.k);
+    } catch (_) {
+      return [];
+    }
+  }
+
   // Shows the picks (numbers on the tiles, labels, the Submit button) as state.picks says.
   function renderPicks() {
+    savePicks();
     const section = $("question");
     const k = state.query.k;
     for (const button of section.querySelectorAll("button.rank-choice")) {
@@ -653,7 +683,7 @@
     }
     const content = await buildQuestion(query);
     state.query = query;
-    state.picks = [];
+    state.picks = query.kind === "rank" ? savedPicks(query) : [];
     swapQuestion(content, query);
     if (query.kind === "rank") renderPicks();
     updateProgress();
@@ -681,6 +711,7 @@
       { what: "Your answer is kept and will count once." },
     );
     if (result.status === 401 || result.status === 403) return showSuperseded();
+    if (query.kind === "rank") forgetPicks(query);
     let next = null;
     if (result.status === 200 || result.status === 201) {
       state.answered = Number(result.data.answered);

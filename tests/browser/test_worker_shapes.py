@@ -337,13 +337,20 @@ def test_answer_time_runs_from_the_last_image_loaded(server: Server, page: Any, 
 
 @pytest.mark.parametrize("width", [360, 1280])
 def test_nine_candidates_9_rank_4_by_keys(server: Server, page: Any, artifacts: Path, width: int):
-    """The largest grid: nine candidates (3 × 3 on a desktop), key 9 included."""
+    """The largest grid: nine candidates (3 × 3 on a desktop), key 9 included; a reload
+    halfway (a phone's pull-to-refresh) keeps the picks made."""
     slug = shape_project(server, "texts", {"type": "rank", "n": 9, "k": 4}, 1, "nine")
     shown = start(page, server.page_url(slug, f"participant=nine-{width}"))
     assert shown is not None and len(shown["indices"]) == 10
     assert columns(page) == (2 if page.phone else 3)
     fits(page, width)
-    for key in ["9", "1", "5", "7"]:
+    for key in ["9", "1"]:
+        page.keyboard.press(key)
+    page.reload()
+    assert wait_ready(page) == shown
+    assert picked(page) == [9, 1]
+    assert submit_state(page) == ("true", "Pick 2 more")
+    for key in ["5", "7"]:
         page.keyboard.press(key)
     assert picked(page) == [9, 1, 5, 7]
     shot(page, artifacts / f"worker-grid-9-rank-4-{width}.png")
