@@ -23,6 +23,7 @@
     total: 0,
     answered: 0,
     query: null, // the question on screen
+    picks: [], // a ranked grid's picks so far: object indices, most similar first
     shownAt: 0, // performance.now() when it became visible
     busy: true, // true while loading or while an answer is in flight: input is ignored
   };
@@ -326,57 +327,254 @@
     return { el, ready };
   }
 
+  // What each shape asks; a project's own wording where it has one (triplet, pair).
+  function wordingOf(query) {
+    switch (query.kind) {
+      case "triplet":
+        return config.question;
+      case "pair":
+        return config.pair_question;
+      case "odd_one_out":
+        return config.odd_one_out_question || "Which one does not belong?";
+      case "rank":
+        if (config.rank_question) return config.rank_question.replace("{k}", String(query.k));
+        return query.k === 1
+          ? "Which one is most similar to the top one?"
+          : `Pick the ${query.k} most similar to the top one, in order`;
+      default:
+        return config.question;
+    }
+  }
+
+  function ordinal(n) {
+    const tens = n % 100;
+    if (tens >= 11 && tens <= 13) return `${n}th`;
+    return `${n}${{ 1: "st", 2: "nd", 3: "rd" }[n % 10] || "th"}`;
+  }
+
+  function anchorCard(obj) {
+    const anchor = card("div", obj, "anchor", `Top: ${describe(obj)}`);
+    anchor.el.classList.add("anchor");
+    anchor.el.setAttribute("role", "img");
+    return anchor;
+  }
+
+  function tripletQuestion(root, objects, ready) {
+    const anchor = anchorCard(objects[0]);
+    const candidates = document.createElement("div");
+    candidates.className = "candidates";
+    const left = choiceButton(objects[1], "left", "Left", "←");
+    const right = choiceButton(objects[2], "right", "Right", "→");
+    candidates.append(left.el, right.el);
+    root.append(anchor.el, candidates);
+    ready.push(anchor.ready, left.ready, right.ready);
+  }
+
+  function pairQuestion(root, objects, ready) {
+    const pair = document.createElement("div");
+    pair.className = "pair";
+    const left = card("div", objects[0], "left-object", `Left: ${describe(objects[0])}`);
+    const right = card("div", objects[1], "right-object", `Right: ${describe(objects[1])}`);
+    for (const c of [left, right]) c.el.setAttribute("role", "img");
+    pair.append(left.el, right.el);
+    const buttons = document.createElement("div");
+    buttons.className = "pair-buttons";
+    const specs = [
+      [-1, "left", "← Left", "Left is better"],
+      [0, "same", "↓ About the same", "They are about the same"],
+      [1, "right", "Right →", "Right is better"],
+    ];
+    for (const [choice, slot, text, label] of specs) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = `choice pair-choice ${slot}`;
+      button.dataset.choice = String(choice);
+      button.dataset.slot = slot;
+      button.setAttribute("aria-label", label);
+      button.textContent = text;
+      buttons.appendChild(button);
+    }
+    root.append(pair, buttons);
+    ready.push(left.ready, right.ready);
+  }
+
+  // Three equal tiles; the chosen one is the odd one out (keys 1–3).
+  function oddOneOutQuestion(root, objects, ready) {
+    const tiles = document.createElement("div");
+    tiles.className = "odd-tiles";
+    objects.forEach((obj, i) => {
+      const slot = String(i + 1);
+      const tile = choiceButton(obj, slot, `${slot} of ${objects.length}`, slot);
+      tiles.appendChild(tile.el);
+      ready.push(tile.ready);
+    });
+    root.appendChild(tiles);
+  }
+
+  // ---- ranked grid: an anchor, n candidates, the k most similar picked in order --------
+
+  function rankLabel(button, picked) {
+    const base = `${button.dataset.slot}: ${button.dataset.describe}`;
+    return picked ? `${base}, your ${ordinal(picked)} pick` : base;
+  }
+
+  function rankQuestion(root, query, ready) {
+    const objects = query.objects;
+    const n = objects.length - 1;
+    const k = query.k;
+    const hint = document.createElement("p");
+    hint.className = "rank-hint";
+    hint.id = "rank-hint";
+    hint.textContent =
+      k === 1
+        ? "Tap it, then Submit. Tap it again to undo."
+        : "Most similar first. Tap one again to undo it.";
+    const anchor = anchorCard(objects[0]);
+    const grid = document.createElement("div");
+    grid.className = "rank-grid";
+    grid.dataset.n = String(n);
+    grid.setAttribute("role", "group");
+    grid.setAttribute("aria-label", `${n} candidates`);
+    grid.setAttribute("aria-describedby", "rank-hint");
+    objects.slice(1).forEach((obj, i) => {
+      const slot = String(i + 1);
+      const tile = card("button", obj, slot, "");
+      const button = tile.el;
+      button.type = "button";
+      button.classList.add("choice", "rank-choice");
+      button.dataset.choice = String(obj.index);
+      button.dataset.action = "pick";
+      button.dataset.describe = describe(obj);
+      button.setAttribute("aria-pressed", "false");
+      button.setAttribute("aria-label", rankLabel(button, 0));
+      if (n <= 9) button.appendChild(keyHint(slot));
+      const badge = document.createElement("span");
+      badge.className = "rank-badge";
+      badge.setAttribute("aria-hidden", "true");
+      button.appendChild(badge);
+      grid.appendChild(button);
+      ready.push(tile.ready);
+    });
+    const bar = document.createElement("div");
+    bar.className = "rank-bar";
+    const count = document.createElement("span");
+    count.className = "rank-count";
+    count.id = "rank-count";
+    count.setAttribute("aria-hidden", "true");
+    const submit = document.createElement("button");
+    submit.type = "button";
+    submit.className = "primary rank-submit";
+    submit.id = "rank-submit";
+    submit.dataset.action = "submit";
+    submit.dataset.slot = "submit";
+    bar.append(count, submit);
+    root.append(hint, anchor.el, grid, bar);
+  }
+
+  // A grid's picks outlive a reload of the tab (a phone's pull-to-refresh), per question.
+  function picksKey(query) {
+    return `tripletlab.picks.${query.token}`;
+  }
+  function savePicks() {
+    try {
+      window.sessionStorage.setItem(picksKey(state.query), JSON.stringify(state.picks));
+    } catch (_) {
+      /* no storage: the picks live as long as the page */
+    }
+  }
+  function forgetPicks(query) {
+    try {
+      window.sessionStorage.removeItem(picksKey(query));
+    } catch (_) {
+      /* nothing was kept */
+    }
+  }
+  function savedPicks(query) {
+    try {
+      const saved = JSON.parse(window.sessionStorage.getItem(picksKey(query)) || "[]");
+      const shown = new Set(query.objects.slice(1).map((o) => o.index));
+      const picks = Array.isArray(saved) ? saved.filter((i) => shown.has(i)) : [];
+      return [...new Set(picks)].slice(0, query.k);
+    } catch (_) {
+      return [];
+    }
+  }
+
+  // Shows the picks (numbers on the tiles, labels, the Submit button) as state.picks says.
+  function renderPicks() {
+    savePicks();
+    const section = $("question");
+    const k = state.query.k;
+    for (const button of section.querySelectorAll("button.rank-choice")) {
+      const rank = state.picks.indexOf(Number(button.dataset.choice)) + 1;
+      button.setAttribute("aria-pressed", rank ? "true" : "false");
+      button.setAttribute("aria-label", rankLabel(button, rank));
+      button.classList.toggle("picked", rank > 0);
+      button.querySelector(".rank-badge").textContent = rank ? String(rank) : "";
+    }
+    section.querySelector(".rank-grid").classList.toggle("full", state.picks.length >= k);
+    const left = k - state.picks.length;
+    const submit = $("rank-submit");
+    submit.setAttribute("aria-disabled", left > 0 ? "true" : "false");
+    submit.textContent = left > 0 ? `Pick ${left} more` : "Submit";
+    $("rank-count").textContent = `${state.picks.length} of ${k} picked`;
+  }
+
+  function togglePick(button) {
+    if (state.busy || !state.query || state.query.kind !== "rank") return;
+    const index = Number(button.dataset.choice);
+    const at = state.picks.indexOf(index);
+    const k = state.query.k;
+    if ($("status").classList.contains("pick-note")) setStatus("");
+    if (at >= 0) {
+      state.picks.splice(at, 1); // later picks move up one rank
+      renderPicks();
+      announce(`Undone: ${button.dataset.describe}. ${state.picks.length} of ${k} picked.`);
+      return;
+    }
+    if (state.picks.length >= k) {
+      flashStatus(`You have picked ${k}. Tap a picked one to undo it, or Submit.`, "warn pick-note");
+      announce(`You have picked ${k} already. Undo one first, or submit.`);
+      return;
+    }
+    state.picks.push(index);
+    renderPicks();
+    const done = state.picks.length === k;
+    announce(
+      `${ordinal(state.picks.length)}: ${button.dataset.describe}.` +
+        (done ? " All picked: press Submit or Enter." : ` ${state.picks.length} of ${k} picked.`),
+    );
+    // The last pick hands focus to Submit (a keyboard's Enter then sends).
+    const focused = document.activeElement;
+    if (done && (!focused || focused === document.body || $("question").contains(focused))) {
+      $("rank-submit").focus({ preventScroll: true });
+    }
+  }
+
+  function submitPicks() {
+    if (state.busy || !state.query || state.query.kind !== "rank") return;
+    const left = state.query.k - state.picks.length;
+    if (left > 0) {
+      flashStatus(`Pick ${left} more first.`, "warn pick-note");
+      announce(`Pick ${left} more first.`);
+      return;
+    }
+    answer(state.picks.slice(), $("rank-submit"));
+  }
+
   // Builds the question off-screen; resolves once every image is decoded.
   async function buildQuestion(query) {
     const root = document.createDocumentFragment();
     const wording = document.createElement("h2");
     wording.className = "wording";
     wording.id = "question-wording";
+    wording.textContent = wordingOf(query);
+    root.appendChild(wording);
     const ready = [];
-    const objects = query.objects;
-
-    if (query.kind === "triplet") {
-      wording.textContent = config.question;
-      root.appendChild(wording);
-      const anchor = card("div", objects[0], "anchor", `Top: ${describe(objects[0])}`);
-      anchor.el.classList.add("anchor");
-      anchor.el.setAttribute("role", "img");
-      const candidates = document.createElement("div");
-      candidates.className = "candidates";
-      const left = choiceButton(objects[1], "left", "Left", "←");
-      const right = choiceButton(objects[2], "right", "Right", "→");
-      candidates.append(left.el, right.el);
-      root.append(anchor.el, candidates);
-      ready.push(anchor.ready, left.ready, right.ready);
-    } else {
-      wording.textContent = config.pair_question;
-      root.appendChild(wording);
-      const pair = document.createElement("div");
-      pair.className = "pair";
-      const left = card("div", objects[0], "left-object", `Left: ${describe(objects[0])}`);
-      const right = card("div", objects[1], "right-object", `Right: ${describe(objects[1])}`);
-      for (const c of [left, right]) c.el.setAttribute("role", "img");
-      pair.append(left.el, right.el);
-      const buttons = document.createElement("div");
-      buttons.className = "pair-buttons";
-      const specs = [
-        [-1, "left", "← Left", "Left is better"],
-        [0, "same", "↓ About the same", "They are about the same"],
-        [1, "right", "Right →", "Right is better"],
-      ];
-      for (const [choice, slot, text, label] of specs) {
-        const button = document.createElement("button");
-        button.type = "button";
-        button.className = `choice pair-choice ${slot}`;
-        button.dataset.choice = String(choice);
-        button.dataset.slot = slot;
-        button.setAttribute("aria-label", label);
-        button.textContent = text;
-        buttons.appendChild(button);
-      }
-      root.append(pair, buttons);
-      ready.push(left.ready, right.ready);
-    }
+    if (query.kind === "triplet") tripletQuestion(root, query.objects, ready);
+    else if (query.kind === "odd_one_out") oddOneOutQuestion(root, query.objects, ready);
+    else if (query.kind === "rank") rankQuestion(root, query, ready);
+    else pairQuestion(root, query.objects, ready);
     await Promise.all(ready);
     return root;
   }
@@ -400,7 +598,10 @@
     section.dataset.kind = query.kind;
     section.dataset.token = query.token;
     showScreen("question");
-    if (slot) {
+    if (slot === "submit") {
+      // A grid was just sent: start the next one from its question, not from its Submit.
+      section.focus({ preventScroll: true });
+    } else if (slot) {
       const same = section.querySelector(`[data-slot="${slot}"]`);
       if (same) same.focus({ preventScroll: true });
     }
@@ -476,14 +677,21 @@
     if (data.wait || !data.query) return showWait(data);
     const query = data.query;
     if (query.total) state.total = Number(query.total);
+    if (query.kind === "rank") {
+      const n = query.objects.length - 1;
+      query.k = Math.min(Math.max(Math.trunc(Number(query.k)) || 1, 1), Math.max(n - 1, 1));
+    }
     const content = await buildQuestion(query);
     state.query = query;
+    state.picks = query.kind === "rank" ? savedPicks(query) : [];
     swapQuestion(content, query);
+    if (query.kind === "rank") renderPicks();
     updateProgress();
     const number = Math.min(state.answered + 1, state.total || state.answered + 1);
-    const wording = query.kind === "triplet" ? config.question : config.pair_question;
-    announce(`Question ${number} of ${state.total}. ${wording}`);
-    // The question is on screen from the next frame on: that is when the clock starts.
+    announce(`Question ${number} of ${state.total}. ${wordingOf(query)}`);
+    // The question goes on screen only once all its images are decoded (buildQuestion waits
+    // for them), so the clock starts at the frame that shows the last image loaded: the one
+    // way the page measures an answer's time, for every shape.
     window.requestAnimationFrame(() => {
       state.shownAt = performance.now();
       setBusy(false);
@@ -503,6 +711,7 @@
       { what: "Your answer is kept and will count once." },
     );
     if (result.status === 401 || result.status === 403) return showSuperseded();
+    if (query.kind === "rank") forgetPicks(query);
     let next = null;
     if (result.status === 200 || result.status === 201) {
       state.answered = Number(result.data.answered);
@@ -669,11 +878,13 @@
   const KEYS = {
     triplet: { ArrowLeft: "left", ArrowRight: "right" },
     pair: { ArrowLeft: "left", ArrowDown: "same", ArrowRight: "right" },
+    odd_one_out: { 1: "1", 2: "2", 3: "3" },
   };
 
   function onKey(event) {
     if (event.altKey || event.ctrlKey || event.metaKey || event.shiftKey) return;
     if (!state.query || $("question").hidden) return;
+    if (state.query.kind === "rank") return onRankKey(event);
     const slot = (KEYS[state.query.kind] || {})[event.key];
     if (!slot) return;
     event.preventDefault();
@@ -682,10 +893,34 @@
     if (button) answer(Number(button.dataset.choice), button);
   }
 
+  // A grid: 1–9 pick or unpick that candidate, Backspace undoes the last pick, Enter sends
+  // (a focused candidate keeps Enter for itself, as a button does).
+  function onRankKey(event) {
+    const section = $("question");
+    if (/^[1-9]$/.test(event.key)) {
+      const button = section.querySelector(`button.rank-choice[data-slot="${event.key}"]`);
+      if (!button) return;
+      event.preventDefault();
+      if (!event.repeat) togglePick(button);
+    } else if (event.key === "Backspace") {
+      event.preventDefault();
+      const last = state.picks[state.picks.length - 1];
+      const button = section.querySelector(`button.rank-choice[data-choice="${last}"]`);
+      if (last !== undefined && button && !event.repeat) togglePick(button);
+    } else if (event.key === "Enter") {
+      const focused = document.activeElement;
+      if (focused && focused.matches("button") && focused.id !== "rank-submit") return;
+      event.preventDefault();
+      if (!event.repeat) submitPicks();
+    }
+  }
+
   function onClick(event) {
-    const button = event.target.closest("button.choice");
+    const button = event.target.closest("button.choice, button[data-action]");
     if (!button || !$("question").contains(button)) return;
-    answer(Number(button.dataset.choice), button);
+    if (button.dataset.action === "pick") togglePick(button);
+    else if (button.dataset.action === "submit") submitPicks();
+    else answer(Number(button.dataset.choice), button);
   }
 
   // ---- start ----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -75,9 +76,10 @@ def context(browser: Any) -> Iterator[Any]:
     context.close()
 
 
-@pytest.fixture
-def page(context: Any) -> Iterator[Any]:
-    """A page that records dialogs (dismissing them), script errors and CSP violations."""
+@contextmanager
+def watched(context: Any) -> Iterator[Any]:
+    """A new page of ``context`` that records dialogs (dismissing them), script errors and
+    CSP violations, and fails the test if there were errors or violations."""
     page = context.new_page()
     page.dialogs = []
     page.errors = []
@@ -96,6 +98,13 @@ def page(context: Any) -> Iterator[Any]:
     page.on("console", on_console)
     yield page
     assert page.errors == [], f"script errors or CSP violations on the page: {page.errors}"
+
+
+@pytest.fixture
+def page(context: Any) -> Iterator[Any]:
+    """A page that records dialogs (dismissing them), script errors and CSP violations."""
+    with watched(context) as page:
+        yield page
 
 
 @pytest.fixture(scope="session")

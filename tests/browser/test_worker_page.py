@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import random
 import time
 from collections import Counter
@@ -11,9 +10,8 @@ from typing import Any
 
 import httpx
 import pytest
-from PIL import Image, ImageDraw
 
-from tests.browser.support import Server, plan
+from tests.browser.support import COLORS, SHOWN, Server, plan, png, progress, start, wait_ready
 
 pytestmark = pytest.mark.browser
 
@@ -21,59 +19,6 @@ XSS = "<img src=x onerror=alert(1)>"
 WORDS = ["ant", "bee", "cat", "dog", "eel", "fox", "gnu", "hen"]
 TEXT_OBJECTS = [{"name": f"word {i}", "text": word} for i, word in enumerate(WORDS)]
 
-READY = """token => {
-  const q = document.getElementById('question');
-  const done = document.getElementById('done');
-  if (!done.hidden) return true;
-  if (!document.getElementById('problem').hidden) return true;
-  if (!document.getElementById('intro-error').hidden) return true;
-  return !q.hidden && q.dataset.token !== token && q.getAttribute('aria-busy') === 'false';
-}"""
-
-SHOWN = """() => {
-  const q = document.getElementById('question');
-  return {
-    token: q.dataset.token,
-    kind: q.dataset.kind,
-    indices: [...q.querySelectorAll('.card')].map(c => Number(c.dataset.index)),
-  };
-}"""
-
-
-def wait_ready(page: Any, previous: str | None = None) -> dict[str, Any] | None:
-    """Wait until a new question is fully shown (or the session is done); describe it."""
-    page.wait_for_function(READY, arg=previous or "")
-    for trouble in ("#problem", "#intro-error"):
-        assert not page.is_visible(trouble), page.text_content(trouble)
-    if page.is_visible("#done"):
-        return None
-    return page.evaluate(SHOWN)
-
-
-def start(page: Any, url: str) -> dict[str, Any] | None:
-    page.goto(url)
-    page.click("#start")
-    return wait_ready(page)
-
-
-def progress(page: Any) -> tuple[int, int]:
-    bar = page.locator("#progressbar")
-    return int(bar.get_attribute("aria-valuenow")), int(bar.get_attribute("aria-valuemax"))
-
-
-def png(color: tuple[int, int, int], shape: int) -> bytes:
-    image = Image.new("RGB", (160, 120), (250, 250, 248))
-    draw = ImageDraw.Draw(image)
-    box = (30, 15, 130, 105)
-    [draw.ellipse, draw.rectangle, draw.polygon][shape % 3](
-        box if shape % 3 < 2 else [(80, 10), (135, 108), (25, 108)], fill=color
-    )
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-COLORS = [(220, 80, 60), (60, 130, 210), (70, 170, 100), (230, 180, 40), (140, 90, 200)]
 IMAGES = [(f"shape-{i}.png", png(COLORS[i % 5], i)) for i in range(6)]
 
 
