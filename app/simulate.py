@@ -2,11 +2,12 @@
 
 Each simulated worker answers from the objects' feature vectors with the oracle of
 :mod:`app.learning.triplets` (Euclidean distance, each answer flipped with probability
-``noise``); an odd-one-out and a ranked grid from the same distances (the object outside the
-closest pair; the ``k`` candidates nearest the anchor, in order), a random answer with
-probability ``noise`` (:func:`shaped_answer`); a pair is judged by the objects' ``target``
-when they have one, else by the sum of their features, "about the same" within
-``tie_margin`` standard deviations of that quality. The default margin, one standard
+``noise``); an odd-one-out and a ranked grid with the same oracle and noise model
+(``TripletOracle.answer``: the object outside the closest pair; the ``k`` candidates nearest
+the anchor, in order; with probability ``noise`` one of the other answers); a pair is
+judged by the objects' ``target`` when they have one, else by the sum of their features,
+"about the same" within ``tie_margin`` standard deviations of that quality. The default
+margin, one standard
 deviation, makes about half of random pairs ties, as in the SVMcompare paper's simulations
 (ρ = 1/2; its sushi ratings give 71%); people asked "or are they about the same?" give many
 ties, and SVMcompare needs them: with the former margin of 0.1 (6–9% ties) it found no
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 import httpx
 import numpy as np
 
+from app.learning.shapes import shape_of
 from app.learning.triplets import make_oracle
 
 WAIT_S = 0.2  # pause before asking again when the study waits for other workers' answers
@@ -222,9 +224,10 @@ def simulate(
     def answer_for(query: dict) -> int | list[int]:
         indices = [o["index"] for o in query["objects"]]
         if query["kind"] in ("odd_one_out", "rank"):
-            with lock:
-                draw, order = float(rng.random()), rng.permutation(len(indices))
-            return shaped_answer(X, query["kind"], indices, query.get("k"), draw < noise, order)
+            shape = shape_of(indices, query["kind"], query.get("k"))
+            with lock:  # the oracle's generator is shared by the workers' threads
+                chosen = oracle.answer(shape, [indices])[0]
+            return [int(c) for c in chosen] if shape.type == "rank" else int(chosen)
         if query["kind"] == "triplet":
             anchor, left, right = indices
             closer_left = bool(oracle(np.array([anchor]), np.array([left]), np.array([right]))[0])
@@ -244,33 +247,6 @@ def simulate(
     for thread in threads:
         thread.join()
     return result
-
-
-def shaped_answer(
-    X: np.ndarray,
-    kind: str,
-    objects: list[int],
-    k: int | None,
-    at_random: bool,
-    order: np.ndarray,
-) -> int | list[int]:
-    """A simulated worker's answer to an odd-one-out or a ranked grid from the objects'
-    features (Euclidean distance): the odd one is the object outside the closest pair; a
-    grid's picks are the ``k`` candidates nearest the anchor, nearest first. With
-    ``at_random`` (probability ``noise``) the answer is a random one instead, read from the
-    permutation ``order`` of the positions shown: the same noise model as a triplet's."""
-    points = X[objects]
-    if kind == "odd_one_out":
-        if at_random:
-            return objects[int(order[0])]
-        pairs = [(0, 1, 2), (0, 2, 1), (1, 2, 0)]
-        closest = min(pairs, key=lambda p: float(np.linalg.norm(points[p[0]] - points[p[1]])))
-        return objects[closest[2]]
-    candidates = objects[1:]
-    if at_random:
-        return [candidates[int(i)] for i in order[order > 0][:k] - 1]
-    distances = np.linalg.norm(points[1:] - points[0], axis=1)
-    return [candidates[int(i)] for i in np.argsort(distances, kind="stable")[:k]]
 
 
 def simulate_in_process(

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.simulate import shaped_answer, simulate
+from app.simulate import simulate
 from tests.factories import make_objects, make_project, set_plan
 
 
@@ -19,15 +19,6 @@ def nearest_answer(X: np.ndarray, row: dict) -> int | list[int]:
         return objects[odd]
     distances = np.linalg.norm(X[objects[1:]] - X[objects[0]], axis=1)
     return [objects[1:][i] for i in np.argsort(distances)[: len(row["choice"])]]
-
-
-def test_shaped_answers_follow_the_features_or_are_random():
-    X = np.array([[0.0], [1.0], [10.0], [2.5], [3.0]])
-    order = np.array([2, 0, 1, 3, 4])
-    assert shaped_answer(X, "odd_one_out", [0, 1, 2], None, False, order) == 2
-    assert shaped_answer(X, "odd_one_out", [0, 1, 2], None, True, order[:3]) == 2
-    assert shaped_answer(X, "rank", [0, 2, 3, 1, 4], 2, False, order) == [1, 3]
-    assert shaped_answer(X, "rank", [0, 2, 3, 1, 4], 2, True, order) == [3, 2]
 
 
 @pytest.mark.parametrize("noise", [0.0, 0.5])
