@@ -50,6 +50,11 @@ class TrainingData:
     pair_sides: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     triplet_weights: np.ndarray | None = None
     pair_weights: np.ndarray | None = None
+    #: every answer but a pair as ``(shape, objects as shown, choice)`` (app.learning.shapes),
+    #: for the embeddings' likelihoods of a shape; ``triplet_answers[t]`` is triplet t's answer
+    #: in it. Empty when every such answer is a plain triplet (nothing to model beyond them).
+    shaped_answers: list = field(default_factory=list)
+    triplet_answers: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
     @property
     def labelled(self) -> np.ndarray:
@@ -84,18 +89,19 @@ def load_training_data(
     # Every answer but a pair gives its triplets by the one rule (app.learning.shapes): a
     # triplet its own row, an odd-one-out two, an n-rank-k grid k·n − k(k−1)/2; each
     # triplet carries its answer's id, participant and side.
+    asked = [r for r in rows if r[1] != "pair"]
     implied = [
-        (r, triplet)
-        for r in rows
-        if r[1] != "pair"
+        (r, answer, triplet)
+        for answer, r in enumerate(asked)
         for triplet in shaped.implied(*r[1:5], *r[8:10])
     ]
-    triplets = np.array([triplet for _, triplet in implied], dtype=np.intp)
+    triplets = np.array([triplet for _, _, triplet in implied], dtype=np.intp)
+    has_shapes = any(r[1] != "triplet" for r in asked)
     pairs = np.array([(r[2], r[3], r[5]) for r in rows if r[1] == "pair"], dtype=np.intp)
 
     def column(kind: str, index: int, missing: int) -> np.ndarray:
         if kind == "triplet":
-            values = [missing if r[index] is None else r[index] for r, _ in implied]
+            values = [missing if r[index] is None else r[index] for r, _, _ in implied]
         else:
             values = [missing if r[index] is None else r[index] for r in rows if r[1] == kind]
         return np.array(values, dtype=np.int64)
@@ -125,6 +131,10 @@ def load_training_data(
         pair_participants=column("pair", 6, -1),
         triplet_sides=column("triplet", 7, 0),
         pair_sides=column("pair", 7, 0),
+        shaped_answers=[shaped.read(*r[1:5], *r[8:10]) for r in asked] if has_shapes else [],
+        triplet_answers=np.array([a for _, a, _ in implied], dtype=np.int64)
+        if has_shapes
+        else np.empty(0, dtype=np.int64),
     )
 
 

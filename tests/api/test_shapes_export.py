@@ -128,3 +128,45 @@ def test_the_study_bundle_keeps_every_shape(client, auth_headers, shaped_study):
             assert json.loads(row["objects"]) == answer["objects"] and row["choices"] == ""
         else:
             assert row["objects"] == row["choices"] == ""
+
+
+@pytest.fixture
+def grid_study(client, auth_headers):
+    """A study of 4-rank-2 grids only, answered by two participants."""
+    make_project(client, auth_headers, "grids-only")
+    make_objects(client, auth_headers, "grids-only", 12)
+    strategies = [{"kind": "random", "shape": {"type": "rank", "n": 4, "k": 2}}]
+    set_plan(
+        client, auth_headers, "grids-only", strategies=strategies, queries_per_session=20,
+        repeat_rate=0, quality={"max_position_bias": 1.0, "min_gold_accuracy": 0.0},
+    )  # fmt: skip
+    for name in ("p1", "p2"):
+        session_id, headers = open_session(client, "grids-only", participant=name)
+        answer_all(client, session_id, headers)
+
+
+@pytest.mark.parametrize(
+    ("method", "likelihood", "used"),
+    [("tste", "auto", "shape"), ("soe", "auto", "triplets"), ("tste", "triplets", "triplets")],
+)
+def test_the_embedding_fits_a_grid_study_with_the_shapes_own_likelihood(
+    db, grid_study, method, likelihood, used
+):
+    project = db.scalars(select(Project).where(Project.slug == "grids-only")).one()
+    data = load_training_data(db, project)
+    assert len(data.shaped_answers) == 40 and len(data.triplets) == 40 * 5  # 3 + 2 each
+    spec = KINDS["embedding"]
+    params = spec.params(method=method, likelihood=likelihood, n_init=1)
+    assert spec.requirements(data, params) == []
+    trained = spec.train(data, params, lambda fraction, text: None)
+    assert trained.metrics["likelihood"] == used
+    # Held out by answer: each held-out answer's 5 triplets, none of a training answer's.
+    assert trained.metrics["heldout_triplets"] == 5 * trained.metrics["heldout_answers"] > 0
+
+
+def test_a_shape_likelihood_the_method_lacks_is_named(db, grid_study):
+    project = db.scalars(select(Project).where(Project.slug == "grids-only")).one()
+    data = load_training_data(db, project)
+    spec = KINDS["embedding"]
+    reasons = spec.requirements(data, spec.params(method="soe", likelihood="shape"))
+    assert any("no likelihood of its own" in reason for reason in reasons)

@@ -41,10 +41,23 @@ class EmbeddingParams(Params):
         description="Random starts; the fit of lowest loss is kept (the objectives are not "
         "convex).",
     )
+    likelihood: Literal["auto", "triplets", "shape"] = Field(
+        default="auto",
+        description="For odd-one-out and ranked-grid answers: 'shape' fits each answer's own "
+        "likelihood (the odd-one-out softmax of SPoSE, the Plackett-Luce choices of psiz; "
+        "method tste only), 'triplets' the triplets they imply, 'auto' the shape's own when "
+        "every answer has one such shape and the method has one. Plain triplets: the same.",
+    )
 
 
 def requirements(data: TrainingData, params: EmbeddingParams) -> list[str]:
-    return need_triplets("embedding", data)
+    reasons = need_triplets("embedding", data)
+    if params.likelihood == "shape" and EMBEDDINGS[params.method]._shape_similarity is None:
+        reasons.append(
+            f"method {params.method!r} has no likelihood of its own for shaped answers (tste "
+            "has one): use likelihood 'auto' or 'triplets'"
+        )
+    return reasons
 
 
 def estimator(params: EmbeddingParams):  # type: ignore[no-untyped-def]
@@ -59,6 +72,9 @@ def estimator(params: EmbeddingParams):  # type: ignore[no-untyped-def]
 
 
 def train(data: TrainingData, params: EmbeddingParams, progress: Progress) -> Trained:
+    if data.shaped_answers:
+        return _train_shaped(data, params, progress)
+
     def fit(rows: np.ndarray | slice, start: float, span: float):  # type: ignore[no-untyped-def]
         return estimator(params).fit(
             data.triplets[rows],
@@ -74,7 +90,46 @@ def train(data: TrainingData, params: EmbeddingParams, progress: Progress) -> Tr
         "n_triplets": len(data.triplets),
         "heldout_triplets": len(test),
         "heldout_triplet_accuracy": float(evaluated.score(data.triplets[test])),
+        "likelihood": "triplets",
     }
+    return _with_labels(data, params, final, metrics)
+
+
+def _train_shaped(data: TrainingData, params: EmbeddingParams, progress: Progress) -> Trained:
+    """Answers of other shapes than triplets: held out by answer (an answer's implied
+    triplets all on one side), fitted by ``fit_answers`` with the params' likelihood."""
+    answers = data.shaped_answers
+    # An answer's weight: its implied triplets all carry it; take its first's.
+    first = np.unique(data.triplet_answers, return_index=True)[1]
+    weights = None if data.triplet_weights is None else data.triplet_weights[first]
+
+    def fit(rows: np.ndarray, start: float, span: float):  # type: ignore[no-untyped-def]
+        return estimator(params).fit_answers(
+            [answers[i] for i in rows],
+            data.n_objects,
+            likelihood=params.likelihood,
+            sample_weight=weights_of(weights, rows),
+            callback=fraction_progress(progress, start, span, params.method),
+        )
+
+    train_part, test = heldout_split(len(answers), params.random_state)
+    evaluated = fit(train_part, 0.0, 0.5)
+    final = fit(np.arange(len(answers)), 0.5, 0.45)
+    held_out = data.triplets[np.isin(data.triplet_answers, test)]
+    metrics: dict[str, Any] = {
+        "n_triplets": len(data.triplets),
+        "n_shaped_answers": len(answers),
+        "heldout_answers": len(test),
+        "heldout_triplets": len(held_out),
+        "heldout_triplet_accuracy": float(evaluated.score(held_out)),
+        "likelihood": final.likelihood_,
+    }
+    return _with_labels(data, params, final, metrics)
+
+
+def _with_labels(
+    data: TrainingData, params: EmbeddingParams, final: Any, metrics: dict[str, Any]
+) -> Trained:
     points = final.embedding_
     accuracy = cv_label_accuracy(
         data.labels,
