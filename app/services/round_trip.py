@@ -716,8 +716,11 @@ def explain_refusal(
             Query.status,
             Query.expires_at,
             Query.kind,
+            Query.o1,
             Query.o2,
             Query.o3,
+            Query.objects,
+            Query.k,
         ).where(Query.token == data.token)
     ).first()
     db.rollback()
@@ -743,7 +746,7 @@ def explain_refusal(
     raise Gone("this question's lease just ended; ask for the next question")
 
 
-def _check_choice(query: Query, choice: int | list[int]) -> None:
+def _check_choice(query: Any, choice: int | list[int]) -> None:
     """A choice the query did not offer: 422 naming ``choice`` (``shapes.check_choice``)."""
     objects = query.objects or [i for i in (query.o1, query.o2, query.o3) if i is not None]
     if query.kind == "triplet" and isinstance(choice, int) and choice not in objects[1:]:

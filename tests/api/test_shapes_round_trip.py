@@ -32,6 +32,11 @@ def listed(value):  # type: ignore[no-untyped-def]
     return json.loads(value) if isinstance(value, str) else value
 
 
+# Questions per session: the repeats and gold questions are drawn per session (its id is
+# random), so enough that a session without either is rarer than one in a thousand.
+N = 24
+
+
 @pytest.fixture
 def study(client, auth_headers):
     make_project(client, auth_headers, "shaped")
@@ -42,7 +47,7 @@ def study(client, auth_headers):
 def test_a_shaped_study_end_to_end(client, auth_headers, study, db, shape):
     set_plan(
         client, auth_headers, "shaped", strategies=[{"kind": "random", "shape": shape}],
-        queries_per_session=12, repeat_rate=0.3, gold_rate=0.2, seed=3,
+        queries_per_session=N, repeat_rate=0.5, gold_rate=0.4, seed=3,
     )  # fmt: skip
     expected = Shape.of(shape)
     session_id, headers = open_session(client, "shaped", participant="grid")
@@ -61,9 +66,9 @@ def test_a_shaped_study_end_to_end(client, auth_headers, study, db, shape):
         body = reply_body["next"]
         if reply_body["done"]:
             break
-    assert len(answered) == 12
+    assert len(answered) == N
     rows = db.scalars(select(Answer).order_by(Answer.id)).all()
-    assert [row.kind for row in rows] == [expected.type] * 12
+    assert [row.kind for row in rows] == [expected.type] * N
     for row, (query, choice) in zip(rows, answered, strict=True):
         shown = [o["index"] for o in query["objects"]]
         assert listed(row.objects) == shown
@@ -104,7 +109,7 @@ def test_a_shaped_study_end_to_end(client, auth_headers, study, db, shape):
     listing = client.get("/api/projects/shaped/participants", headers=auth_headers).json()
     by_shape = listing["data"][0]["position_bias_by_shape"]
     label = f"{expected.n}-rank-{expected.k}" if expected.type == "rank" else expected.type
-    assert by_shape[label]["answers"] == 12
+    assert by_shape[label]["answers"] == N
     assert 0 <= by_shape[label]["position_bias"] <= 1
     if expected.type == "rank":  # the first pick is always the first candidate shown
         assert by_shape[label]["position_bias"] == 1
