@@ -35,7 +35,13 @@ SIZE = 2  # connections per event loop and database
 # statement of ~20 steps anew on every run: PostgreSQL's CPU per round trip 1.2-1.5 ms
 # instead of 0.6-0.8 (perf: 25 % of its samples in the planner; bench/results/
 # postgres_generic_plans.txt).
-GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan"
+# JIT off: the answers' statement with the shapes' subqueries is estimated above
+# jit_above_cost (~104,000), and PostgreSQL then compiled it at every run, 300-470 ms of a
+# batch of one (auto_explain). Random plan, 40-question sessions, bench/worker_throughput.py
+# --rows postgres postgres2 --session-length 40: 1 process at 10 workers 58-101 -> 442
+# round trips/s, 2 processes at 50 workers 47 -> 698. A statement of a few rows never
+# repays a compilation.
+GENERIC_PLANS = "-c plan_cache_mode=force_generic_plan -c jit=off"
 
 
 class LoopConnections:

@@ -33,6 +33,16 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         engine = create_engine(url, pool_size=POOL_SIZE, max_overflow=MAX_OVERFLOW)
         _ping_when_idle(engine)
+
+        @event.listens_for(engine, "connect")
+        def _no_jit(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+            # As on the loop's connections (app/db/loop_connections.py): the service's
+            # statements touch a few rows, and a plan estimated above jit_above_cost was
+            # compiled at every run (hundreds of ms each).
+            with dbapi_connection.cursor() as cursor:
+                cursor.execute("SET jit = off")
+            dbapi_connection.commit()
+
         return engine
 
     database = parsed.database
