@@ -34,7 +34,7 @@ browser:
 ## a test file's tests stay together on one worker (its module fixtures are started once)
 test: $(STAMP) browser
 	$(BIN)/ruff check app tripletlab tests bench migrations docs/hooks
-	$(BIN)/pytest -n 2 --dist loadfile
+	$(BIN)/pytest -n 2 --dist loadfile --durations=25
 
 ## docs: build the documentation site into site/ (as the suite does, strictly)
 docs: $(STAMP)
